@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hm_test.h"
+
+void hm_rng_seed(hm_rng *rng, uint64_t seed) { rng->state = seed ? seed : 0x9e3779b97f4a7c15ull; }
+
+/* splitmix64: good enough statistics for test data, trivially reproducible. */
+uint64_t hm_rng_next(hm_rng *rng) {
+  uint64_t z = (rng->state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+float hm_rng_uniform(hm_rng *rng, float lo, float hi) {
+  double u = (double)(hm_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(lo + (hi - lo) * u);
+}
+
+float hm_rng_normal(hm_rng *rng) {
+  double u1 = ((double)(hm_rng_next(rng) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+  double u2 = (double)(hm_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void hm_rng_fill_uniform(hm_rng *rng, float *x, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) x[i] = hm_rng_uniform(rng, lo, hi);
+}
+
+void hm_rng_fill_normal(hm_rng *rng, float *x, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) x[i] = scale * hm_rng_normal(rng);
+}
+
+uint64_t hm_test_seed(const char *test_name) {
+  uint64_t seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+  printf("# %s seed %llu\n", test_name, (unsigned long long)seed);
+  return seed;
+}
+
+double hm_rel_error(const float *out, const float *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(out[i])) return INFINITY;
+    double d = (double)out[i] - (double)ref[i];
+    num += d * d;
+    den += (double)ref[i] * (double)ref[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return sqrt(num / den);
+}
+
+hm_engine *hm_test_host_engine(void) {
+  hm_engine_config cfg = HM_ENGINE_CONFIG_INIT;
+  cfg.backend = HM_BACKEND_HOST;
+  hm_engine *e = NULL;
+  HM_ASSERT_OK(hm_engine_create(&cfg, &e));
+  return e;
+}
+
+hm_engine *hm_test_cuda_engine_or_skip(void) {
+  hm_engine_config cfg = HM_ENGINE_CONFIG_INIT;
+  cfg.backend = HM_BACKEND_CUDA;
+  hm_engine *e = NULL;
+  hm_status st = hm_engine_create(&cfg, &e);
+  if (st == HM_NO_DEVICE) {
+    printf("SKIP: no CUDA device (%s)\n", hm_last_error());
+    return NULL;
+  }
+  if (st != HM_OK) {
+    /* A device that is there but fails is a failure, never a skip. */
+    fprintf(stderr, "FAIL: CUDA engine: %s\n", hm_last_error());
+    exit(1);
+  }
+  return e;
+}

@@ -2,10 +2,11 @@
 /*
  * Bit-exact host conversions between f32 and every element type. Encoders round to
  * nearest even. Saturation and NaN rules per format:
- *   f16, bf16, e5m2: IEEE-like; overflow -> Inf; NaN stays NaN.
- *   e4m3 (OCP "fn"): no Inf; largest finite 448; overflow saturates to +-448; NaN S.1111.111.
- *   e8m0: unsigned power of two 2^(e-127), e in 0..254; 255 is NaN; no zero.
- *   e2m1: {0, 0.5, 1, 1.5, 2, 3, 4, 6} with sign; no Inf or NaN; saturates to +-6.
+ *   f16, bf16, e5m2: IEEE-like; overflow -> Inf; NaN stays NaN (16-bit payloads kept).
+ *   e4m3 (OCP "fn"): no Inf; largest finite 448; overflow and Inf saturate to +-448;
+ *     NaN S.1111.111.
+ *   e8m0: unsigned power of two 2^(e-127), e in 0..254; 255 is NaN; no zero (x <= 0 -> 0).
+ *   e2m1: {0, 0.5, 1, 1.5, 2, 3, 4, 6} with sign; no Inf or NaN; saturates to +-6; NaN -> +0.
  */
 #ifndef HM_NUMFMT_H
 #define HM_NUMFMT_H
@@ -29,7 +30,8 @@ uint8_t hm_e8m0_from_f32_floor(float x);
 float hm_e8m0_to_f32(uint8_t v);
 uint8_t hm_e2m1_from_f32(float x); /* 4-bit code in the low nibble */
 float hm_e2m1_to_f32(uint8_t v);
-/* Round to nearest even and clamp to the type's range (I8, I4, U1..U8). */
+/* Round to nearest even and clamp to the type's range (I32, I8, I4, U1..U8); NaN and
+ * float types give 0. */
 int32_t hm_int_from_f32(hm_dtype dtype, float x);
 
 /*

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Device profiles: built-in table, selection by HUMMING_DEVICE_PROFILE, host default; roofline. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "heuristics/device_profile.h"
+#include "hm_test.h"
+#include "params.h"
+#include "heuristics/roofline.h"
+
+static void every_builtin_profile_is_complete(void **state) {
+  (void)state;
+  assert_true(hm_device_profile_count() >= 7);
+  for (int i = 0; i < hm_device_profile_count(); i++) {
+    hm_device_profile p;
+    HM_ASSERT_OK(hm_device_profile_builtin(hm_device_profile_name(i), &p));
+    assert_true(p.sm_count > 0 && p.mem_bw_gbs > 0 && p.tflops_f16 > 0);
+    assert_true(p.smem_per_block_bytes <= p.smem_per_sm_bytes);
+    assert_true(p.arch >= 75);
+  }
+  hm_device_profile p;
+  assert_int_equal(hm_device_profile_builtin("v100", &p), HM_INVALID_ARGUMENT);
+}
+
+static void h20_is_compute_poor_and_bandwidth_rich(void **state) {
+  (void)state;
+  hm_device_profile h20, h200;
+  HM_ASSERT_OK(hm_device_profile_builtin("h20", &h20));
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &h200));
+  assert_int_equal(h20.sm_count, 78);
+  /* Ridge point (flop per byte) far lower on the H20: decode-like shapes stay memory-bound longer. */
+  double ridge_h20 = h20.tflops_f16 * 1e12 / (h20.mem_bw_gbs * 1e9);
+  double ridge_h200 = h200.tflops_f16 * 1e12 / (h200.mem_bw_gbs * 1e9);
+  assert_true(ridge_h20 * 4 < ridge_h200);
+}
+
+static void env_selects_profile_for_host_engine(void **state) {
+  (void)state;
+  hm_engine *e = hm_test_host_engine();
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_for_engine(e, &p));
+  assert_string_equal(p.name, "h200");
+  setenv("HUMMING_DEVICE_PROFILE", "a100", 1);
+  hm_params_reload();
+  HM_ASSERT_OK(hm_device_profile_for_engine(e, &p));
+  assert_string_equal(p.name, "a100");
+  assert_int_equal(p.sm_count, 108);
+  setenv("HUMMING_DEVICE_PROFILE", "mystery", 1);
+  hm_params_reload();
+  assert_int_equal(hm_device_profile_for_engine(e, &p), HM_INVALID_ARGUMENT);
+  unsetenv("HUMMING_DEVICE_PROFILE");
+  hm_params_reload();
+  hm_engine_destroy(e);
+}
+
+static hm_layer_config w4a16_layer(int64_t n, int64_t k, int64_t experts) {
+  hm_layer_config c = HM_LAYER_CONFIG_INIT;
+  c.n = n;
+  c.k = k;
+  c.experts = experts;
+  hm_quant_scheme_parse("w4a16", &c.scheme);
+  return c;
+}
+
+static void roofline_dense_w4a16_counts_bytes_and_flops(void **state) {
+  (void)state;
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
+  hm_layer_config c = w4a16_layer(8192, 8192, 1);
+  hm_roofline r;
+  HM_ASSERT_OK(hm_roofline_estimate(&c, 1, 1, &p, &r));
+  /* 4-bit weights: N*K/2 bytes, bf16 scales per 128 and u4 zero points per group. */
+  double expect_w = 8192.0 * 8192 / 2 + 8192.0 * 64 * 2 + 64.0 * 8192 / 2;
+  assert_true(fabs(r.weight_bytes - expect_w) < 1);
+  assert_true(r.memory_bound);
+  assert_true(fabs(r.flops - 2.0 * 8192 * 8192) < 1);
+  HM_ASSERT_OK(hm_roofline_estimate(&c, 16384, 1, &p, &r));
+  assert_false(r.memory_bound);
+  assert_true(fabs(r.predicted_us - r.flops / 790e12 * 1e6) < 1e-6 * r.predicted_us);
+}
+
+static void roofline_moe_counts_only_active_experts(void **state) {
+  (void)state;
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
+  hm_layer_config c = w4a16_layer(4096, 7168, 256);
+  hm_roofline one, many;
+  HM_ASSERT_OK(hm_roofline_estimate(&c, 8, 8, &p, &one));     /* one token, top-8 */
+  HM_ASSERT_OK(hm_roofline_estimate(&c, 8192 * 8, 8, &p, &many));
+  assert_true(one.active_experts > 7.8 && one.active_experts <= 8.0);
+  assert_true(many.active_experts > 255.9 && many.active_experts <= 256.0);
+  assert_true(fabs(hm_expected_active_experts(256, 0)) < 1e-12);
+  hm_roofline r;
+  assert_int_equal(hm_roofline_estimate(&c, -1, 8, &p, &r), HM_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_builtin_profile_is_complete),
+      cmocka_unit_test(h20_is_compute_poor_and_bandwidth_rich),
+      cmocka_unit_test(env_selects_profile_for_host_engine),
+      cmocka_unit_test(roofline_dense_w4a16_counts_bytes_and_flops),
+      cmocka_unit_test(roofline_moe_counts_only_active_experts),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

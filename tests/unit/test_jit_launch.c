@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Loading and launching without a GPU: a fake driver table records what hm_kernel_get
+ * and hm_kernel_launch ask of it (module image, shared memory limit, launch config,
+ * cluster attribute) so the whole path runs on the CPU with real cubins.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cuda_driver.h"
+#include "engine.h"
+#include "hm_test.h"
+#include "kernels/jit.h"
+
+static const char kernel_text[] =
+    "extern \"C\" __constant__ unsigned hm_fill_meta[8] = {0x686d6b6du, 128, 0, 1, 1, 1, 0, 0};\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) hm_fill(float *out, float v) {\n"
+    "  out[blockIdx.x * blockDim.x + threadIdx.x] = v;\n"
+    "}\n";
+
+static const char big_text[] =
+    "extern \"C\" __constant__ unsigned hm_big_meta[8] = {0x686d6b6du, 64, 100000, 2, 1, 1, 0, 0};\n"
+    "extern \"C\" __global__ void hm_big(float *out) {\n"
+    "  extern __shared__ float s[];\n"
+    "  s[threadIdx.x] = threadIdx.x;\n"
+    "  __syncthreads();\n"
+    "  out[threadIdx.x] = s[63 - threadIdx.x];\n"
+    "}\n";
+
+/* What the fake driver saw. */
+static struct {
+  int loads, unloads, retains, releases, set_attr_calls, launches;
+  int last_set_attr_value;
+  char last_function[256];
+  unsigned char image_head[64];
+  CUlaunchConfig last_cfg;
+  CUlaunchAttribute last_attr;
+  bool fail_load;
+} seen;
+
+static CUresult fake_ctx_set_current(CUcontext c) {
+  return c ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+static CUresult fake_device_get(CUdevice *d, int ordinal) {
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_retain(CUcontext *c, CUdevice d) {
+  (void)d;
+  *c = (CUcontext)0x1000;
+  seen.retains++;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_release(CUdevice d) {
+  (void)d;
+  seen.releases++;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_load(CUmodule *m, const void *image) {
+  if (seen.fail_load) return CUDA_ERROR_INVALID_IMAGE;
+  memcpy(seen.image_head, image, sizeof(seen.image_head));
+  *m = (CUmodule)(uintptr_t)(0x2000 + ++seen.loads);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_unload(CUmodule m) {
+  (void)m;
+  seen.unloads++;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_get_function(CUfunction *f, CUmodule m, const char *name) {
+  snprintf(seen.last_function, sizeof(seen.last_function), "%s", name);
+  *f = (CUfunction)(uintptr_t)((uintptr_t)m + 0x100);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_get_attr(int *v, CUfunction_attribute a, CUfunction f) {
+  (void)f;
+  *v = a == CU_FUNC_ATTRIBUTE_NUM_REGS ? 40 : a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_set_attr(CUfunction f, CUfunction_attribute a, int v) {
+  (void)f;
+  if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
+  seen.set_attr_calls++;
+  seen.last_set_attr_value = v;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_launch(const CUlaunchConfig *cfg, CUfunction f, void **args, void **extra) {
+  (void)f, (void)args, (void)extra;
+  seen.launches++;
+  seen.last_cfg = *cfg;
+  memset(&seen.last_attr, 0, sizeof(seen.last_attr));
+  if (cfg->numAttrs) seen.last_attr = cfg->attrs[0];
+  return CUDA_SUCCESS;
+}
+static CUresult fake_error_name(CUresult r, const char **s) {
+  *s = r == CUDA_ERROR_INVALID_IMAGE ? "CUDA_ERROR_INVALID_IMAGE" : "CUDA_ERROR";
+  return CUDA_SUCCESS;
+}
+static CUresult fake_error_string(CUresult r, const char **s) {
+  (void)r;
+  *s = "fake";
+  return CUDA_SUCCESS;
+}
+
+static hm_engine fake_engine;
+static char cache_dir[] = "/tmp/hm-test-launch-XXXXXX";
+
+static int setup(void **state) {
+  (void)state;
+  hm_shutdown();
+  memset(&seen, 0, sizeof(seen));
+  memset(&hm_cu, 0, sizeof(hm_cu));
+  hm_cu.cuCtxSetCurrent = fake_ctx_set_current;
+  hm_cu.cuDeviceGet = fake_device_get;
+  hm_cu.cuDevicePrimaryCtxRetain = fake_retain;
+  hm_cu.cuDevicePrimaryCtxRelease = fake_release;
+  hm_cu.cuModuleLoadData = fake_load;
+  hm_cu.cuModuleUnload = fake_unload;
+  hm_cu.cuModuleGetFunction = fake_get_function;
+  hm_cu.cuFuncGetAttribute = fake_get_attr;
+  hm_cu.cuFuncSetAttribute = fake_set_attr;
+  hm_cu.cuLaunchKernelEx = fake_launch;
+  hm_cu.cuGetErrorName = fake_error_name;
+  hm_cu.cuGetErrorString = fake_error_string;
+  memset(&fake_engine, 0, sizeof(fake_engine));
+  fake_engine.kind = HM_BACKEND_CUDA;
+  fake_engine.device = 0;
+  fake_engine.arch = 80;
+  fake_engine.backend_state = (void *)0x1000;
+  snprintf(fake_engine.device_name, sizeof(fake_engine.device_name), "fake sm_80");
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  hm_shutdown(); /* unloads through the fake table, then clears it */
+  return 0;
+}
+
+static void host_engine_is_unsupported(void **state) {
+  (void)state;
+  hm_engine *host = hm_test_host_engine();
+  hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 80};
+  hm_kernel *k = (hm_kernel *)&src;
+  assert_int_equal(hm_kernel_get(host, &src, &k), HM_UNSUPPORTED);
+  assert_null(k);
+  assert_non_null(strstr(hm_last_error(), "hm_fill"));
+  assert_non_null(strstr(hm_last_error(), "CUDA backend"));
+  hm_engine_destroy(host);
+}
+
+static void loads_once_per_context(void **state) {
+  (void)state;
+  hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 0};
+  hm_kernel *k = NULL, *again = NULL;
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &again));
+  assert_ptr_equal(k, again);
+  assert_int_equal(seen.loads, 1);
+  assert_int_equal(seen.retains, 1);
+  assert_string_equal(seen.last_function, "hm_fill");
+
+  /* arch 0 means the device's: the image loaded is the sm_80 cubin. */
+  const hm_cubin *c = NULL;
+  src.arch = 80;
+  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c));
+  assert_memory_equal(seen.image_head, c->data, sizeof(seen.image_head));
+
+  int regs = 0, static_shared = -1, max_threads = 0;
+  HM_ASSERT_OK(hm_kernel_attributes(k, &regs, &static_shared, &max_threads));
+  assert_int_equal(regs, 40);
+  assert_int_equal(static_shared, 0);
+  assert_int_equal(max_threads, 1024);
+  hm_kernel_meta meta;
+  HM_ASSERT_OK(hm_kernel_get_meta(k, &meta));
+  assert_true(meta.present);
+  assert_int_equal(meta.threads, 128);
+
+  /* Another context (a second device) gets a module of its own. */
+  hm_engine other = fake_engine;
+  other.backend_state = (void *)0x1001;
+  other.device = 1;
+  HM_ASSERT_OK(hm_kernel_get(&other, &src, &again));
+  assert_ptr_not_equal(k, again);
+  assert_int_equal(seen.loads, 2);
+  assert_int_equal(seen.retains, 2);
+
+  hm_shutdown();
+  assert_int_equal(seen.unloads, 2);
+  assert_int_equal(seen.releases, 2);
+}
+
+static void launch_passes_dims_shared_memory_and_cluster(void **state) {
+  (void)state;
+  hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 80};
+  hm_kernel *k = NULL;
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
+  float v = 1;
+  void *out = NULL;
+  void *args[] = {&out, &v};
+  hm_launch_dims dims = {{8, 2, 1}, {128, 1, 1}, 0, {0, 0, 0}};
+  HM_ASSERT_OK(hm_kernel_launch(k, &dims, args, NULL));
+  assert_int_equal(seen.launches, 1);
+  assert_int_equal(seen.last_cfg.gridDimX, 8);
+  assert_int_equal(seen.last_cfg.gridDimY, 2);
+  assert_int_equal(seen.last_cfg.blockDimX, 128);
+  assert_int_equal(seen.last_cfg.numAttrs, 0);
+  assert_int_equal(seen.set_attr_calls, 0);
+
+  dims.shared_bytes = 96 * 1024;
+  dims.cluster[0] = 2;
+  HM_ASSERT_OK(hm_kernel_launch(k, &dims, args, NULL));
+  assert_int_equal(seen.set_attr_calls, 1);
+  assert_int_equal(seen.last_set_attr_value, 96 * 1024);
+  assert_int_equal(seen.last_cfg.sharedMemBytes, 96 * 1024);
+  assert_int_equal(seen.last_cfg.numAttrs, 1);
+  assert_int_equal(seen.last_attr.id, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+  assert_int_equal(seen.last_attr.value.clusterDim.x, 2);
+  assert_int_equal(seen.last_attr.value.clusterDim.y, 1);
+
+  /* A smaller request keeps the raised limit: no second attribute call. */
+  dims.shared_bytes = 64 * 1024;
+  HM_ASSERT_OK(hm_kernel_launch(k, &dims, args, NULL));
+  assert_int_equal(seen.set_attr_calls, 1);
+  assert_int_equal(seen.launches, 3);
+}
+
+static void launch_refuses_bad_dims(void **state) {
+  (void)state;
+  hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 80};
+  hm_kernel *k = NULL;
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
+  hm_launch_dims wrong_threads = {{1, 1, 1}, {256, 1, 1}, 0, {0, 0, 0}};
+  assert_int_equal(hm_kernel_launch(k, &wrong_threads, NULL, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "built for 128 threads"));
+  hm_launch_dims zero_grid = {{0, 1, 1}, {128, 1, 1}, 0, {0, 0, 0}};
+  assert_int_equal(hm_kernel_launch(k, &zero_grid, NULL, NULL), HM_INVALID_ARGUMENT);
+  hm_launch_dims odd_cluster = {{3, 1, 1}, {128, 1, 1}, 0, {2, 1, 1}};
+  assert_int_equal(hm_kernel_launch(k, &odd_cluster, NULL, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "cluster"));
+  assert_int_equal(seen.launches, 0);
+}
+
+static void metadata_sets_limit_and_cluster(void **state) {
+  (void)state;
+  hm_kernel_source src = {.name = "hm_big", .source = big_text, .arch = 90, .arch_specific = true};
+  hm_kernel *k = NULL;
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
+  assert_int_equal(seen.set_attr_calls, 1);
+  assert_int_equal(seen.last_set_attr_value, 100000);
+  hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 100000, {0, 0, 0}};
+  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
+  assert_int_equal(seen.set_attr_calls, 1);
+  assert_int_equal(seen.last_cfg.numAttrs, 1);
+  assert_int_equal(seen.last_attr.value.clusterDim.x, 2);
+}
+
+static void failed_load_is_reported_and_retried(void **state) {
+  (void)state;
+  hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 80};
+  hm_kernel *k = NULL;
+  seen.fail_load = true;
+  assert_int_equal(hm_kernel_get(&fake_engine, &src, &k), HM_CUDA);
+  assert_null(k);
+  assert_non_null(strstr(hm_last_error(), "cuModuleLoadData"));
+  assert_non_null(strstr(hm_last_error(), "CUDA_ERROR_INVALID_IMAGE"));
+  seen.fail_load = false;
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
+  assert_int_equal(seen.loads, 1);
+}
+
+int main(void) {
+  char *dir = mkdtemp(cache_dir);
+  if (dir == NULL) return 1;
+  setenv("HUMMING_CACHE_DIR", dir, 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(host_engine_is_unsupported),
+      cmocka_unit_test_setup_teardown(loads_once_per_context, setup, teardown),
+      cmocka_unit_test_setup_teardown(launch_passes_dims_shared_memory_and_cluster, setup, teardown),
+      cmocka_unit_test_setup_teardown(launch_refuses_bad_dims, setup, teardown),
+      cmocka_unit_test_setup_teardown(metadata_sets_limit_and_cluster, setup, teardown),
+      cmocka_unit_test_setup_teardown(failed_load_is_reported_and_retried, setup, teardown),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return failed;
+}

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Kernel configs: derivation from a layer, legality, names and derived sizes. */
+#include "kernels/gemm_config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+int hm_gemm_weight_bits(hm_dtype weight) {
+  switch (weight) {
+  case HM_F16:
+  case HM_BF16: return 16;
+  case HM_I8:
+  case HM_U8: return 8;
+  case HM_I4:
+  case HM_U4: return 4;
+  case HM_U7: return 7;
+  case HM_U6: return 6;
+  case HM_U5: return 5;
+  case HM_U3: return 3;
+  case HM_U2: return 2;
+  case HM_U1: return 1;
+  default: return 0;
+  }
+}
+
+size_t hm_gemm_arch_smem_limit(int arch) {
+  if (arch >= 90) return 227 * 1024;
+  if (arch == 80 || arch == 87) return 163 * 1024;
+  if (arch >= 86) return 99 * 1024;
+  return 0;
+}
+
+hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type, int arch, hm_gemm_config *out) {
+  HM_CHECK_NOT_NULL(lc);
+  HM_CHECK_NOT_NULL(out);
+  memset(out, 0, sizeof(*out));
+  const hm_quant_format *w = &lc->scheme.weight;
+  hm_gemm_layer_part *l = &out->layer;
+  l->weight = w->weight;
+  l->act = lc->scheme.act;
+  l->out = lc->out;
+  l->group = w->scale_kind == HM_SCALE_GROUP ? w->group_k : 0;
+  l->zero_point = w->zero_point;
+  l->bias = lc->bias;
+  l->global_scale = w->global_scale;
+  l->n = lc->n;
+  l->k = lc->k;
+  l->experts = lc->experts;
+  out->compute.type = type;
+  out->compute.batch_invariant = lc->batch_invariant;
+  out->arch = arch;
+  if (w->scale_kind != HM_SCALE_GROUP && w->scale_kind != HM_SCALE_CHANNEL && w->scale_kind != HM_SCALE_NONE)
+    HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: scale layout %d is not per group or per channel", (int)w->scale_kind);
+  if ((w->scale_kind == HM_SCALE_NONE) != (hm_gemm_weight_bits(w->weight) == 16))
+    HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: %s weights %s scales", hm_dtype_name(w->weight),
+            w->scale_kind == HM_SCALE_NONE ? "need" : "take no");
+  return HM_OK;
+}
+
+static hm_status check_layer(const hm_gemm_config *cfg) {
+  const hm_gemm_layer_part *l = &cfg->layer;
+  const int bits = hm_gemm_weight_bits(l->weight);
+  if (l->act != HM_F16 && l->act != HM_BF16)
+    HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: activations must be f16 or bf16, not %s", hm_dtype_name(l->act));
+  if (l->out != HM_F16 && l->out != HM_BF16)
+    HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: output must be f16 or bf16, not %s", hm_dtype_name(l->out));
+  if (bits == 0)
+    HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: weight type %s (use u1..u8, i4, i8, f16, bf16)",
+            hm_dtype_name(l->weight));
+  if (bits == 16 && l->weight != l->act)
+    HM_FAIL(HM_UNSUPPORTED, "unquantized weights (%s) must have the activation type (%s)", hm_dtype_name(l->weight),
+            hm_dtype_name(l->act));
+  if (l->zero_point && (bits == 16 || l->weight == HM_I4 || l->weight == HM_I8))
+    HM_FAIL(HM_UNSUPPORTED, "zero points need unsigned weights, not %s", hm_dtype_name(l->weight));
+  if (cfg->arch < 80)
+    HM_FAIL(HM_UNSUPPORTED, "the weight-only GEMM kernels need sm_80 or later (mma.sync m16n8k16, cp.async), "
+            "device is sm_%d", cfg->arch);
+  if (l->n <= 0 || l->k <= 0 || l->experts <= 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "GEMM shape N=%lld K=%lld E=%lld must be positive", (long long)l->n,
+            (long long)l->k, (long long)l->experts);
+  if (l->n % 2 != 0) HM_FAIL(HM_UNSUPPORTED, "GEMM N=%lld must be even", (long long)l->n);
+  if (l->k % 8 != 0) HM_FAIL(HM_UNSUPPORTED, "GEMM K=%lld must be a multiple of 8", (long long)l->k);
+  if (l->n > (1 << 30) || l->k > (1 << 30) || l->experts > 65536)
+    HM_FAIL(HM_UNSUPPORTED, "GEMM shape N=%lld K=%lld E=%lld too large", (long long)l->n, (long long)l->k,
+            (long long)l->experts);
+  if (l->group != 0 && (l->group % 16 != 0 || l->k % l->group != 0))
+    HM_FAIL(HM_UNSUPPORTED, "group size %d must be a multiple of 16 dividing K=%lld", l->group, (long long)l->k);
+  return HM_OK;
+}
+
+static hm_status check_tuning(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->bm < 16 || t->bm > 256 || t->warps_m < 1 || t->bm % (16 * t->warps_m) != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "tile bm=%d must be a multiple of 16*warps_m (warps_m=%d), at most 256", t->bm,
+            t->warps_m);
+  if (t->bn < 64 || t->warps_n < 1 || t->bn % (64 * t->warps_n) != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "tile bn=%d must be a multiple of 64*warps_n (warps_n=%d)", t->bn, t->warps_n);
+  if (t->bk != 64 && t->bk != 128 && t->bk != 256) HM_FAIL(HM_INVALID_ARGUMENT, "tile bk=%d must be 64, 128 or 256", t->bk);
+  if (t->warps_k < 1 || (t->bk / 16) % t->warps_k != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "warps_k=%d must divide bk/16=%d", t->warps_k, t->bk / 16);
+  if (t->stages < 2 || t->stages > 8) HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..8", t->stages);
+  if (t->ctas_per_sm < 1 || t->ctas_per_sm > HM_GEMM_MAX_CTAS_PER_SM)
+    HM_FAIL(HM_INVALID_ARGUMENT, "ctas_per_sm=%d must be 1..%d", t->ctas_per_sm, HM_GEMM_MAX_CTAS_PER_SM);
+  if (t->stream_k && (cfg->compute.batch_invariant || t->sk_min_iters < 1))
+    HM_FAIL(HM_INVALID_ARGUMENT, "Stream-K needs sk_min_iters >= 1 (%d) and no batch invariance", t->sk_min_iters);
+  const int group = cfg->layer.group;
+  if (group != 0 && group % t->bk != 0 && t->bk % group != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "group %d and bk %d must divide one another", group, t->bk);
+  const int threads = hm_gemm_config_threads(cfg);
+  if (threads > 1024) HM_FAIL(HM_INVALID_ARGUMENT, "%d threads per CTA (at most 1024)", threads);
+  if (t->bm > threads) HM_FAIL(HM_INVALID_ARGUMENT, "bm=%d rows need as many threads (CTA has %d)", t->bm, threads);
+  if ((t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4)
+    HM_FAIL(HM_INVALID_ARGUMENT, "warp tile %dx%d holds more than 128 accumulators per thread", t->bm / t->warps_m,
+            t->bn / t->warps_n);
+  const size_t smem = hm_gemm_config_smem_bytes(cfg), limit = hm_gemm_arch_smem_limit(cfg->arch);
+  if (smem > limit)
+    HM_FAIL(HM_UNSUPPORTED, "kernel needs %zu bytes of shared memory, sm_%d allows %zu", smem, cfg->arch, limit);
+  return HM_OK;
+}
+
+hm_status hm_gemm_config_check(const hm_gemm_config *cfg) {
+  HM_CHECK_NOT_NULL(cfg);
+  HM_CHECK(check_layer(cfg));
+  return check_tuning(cfg);
+}
+
+static const char *gemm_type_tag(hm_gemm_type t) {
+  switch (t) {
+  case HM_GEMM_DENSE: return "dense";
+  case HM_GEMM_INDEXED: return "idx";
+  case HM_GEMM_GROUPED_CONTIGUOUS: return "gcont";
+  case HM_GEMM_GROUPED_MASKED: return "gmask";
+  }
+  return "bad";
+}
+
+void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
+  const hm_gemm_layer_part *l = &cfg->layer;
+  const hm_gemm_tuning *t = &cfg->tuning;
+  char group[16];
+  snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
+  snprintf(buf, len, "hm_gemm_%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d",
+           gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group,
+           hm_dtype_name(l->act), hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "",
+           (long long)l->n, (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", t->bm,
+           t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",
+           t->stream_k ? t->sk_min_iters : 0, t->ctas_per_sm);
+}
+
+int hm_gemm_config_threads(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  return 32 * t->warps_m * t->warps_n * t->warps_k;
+}
+
+int64_t hm_gemm_n_tiles(const hm_gemm_config *cfg) {
+  const int64_t units = (cfg->layer.n + 63) / 64, per_tile = cfg->tuning.bn / 64;
+  return (units + per_tile - 1) / per_tile;
+}
+
+int64_t hm_gemm_k_iters(const hm_gemm_config *cfg) {
+  const int64_t k16 = (cfg->layer.k + 15) / 16, steps = cfg->tuning.bk / 16;
+  return (k16 + steps - 1) / steps;
+}
+
+size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const int bits = hm_gemm_weight_bits(cfg->layer.weight);
+  const bool quant = bits < 16;
+  const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 16;
+  const int group = cfg->layer.group;
+  const size_t stage_groups = (group == 0 || group >= t->bk) ? 1 : (size_t)(t->bk / group);
+  size_t stage = (size_t)t->bm * t->bk * 2 + bn_units * steps * 128 * (size_t)bits;
+  if (quant) stage += stage_groups * bn_units * 128;
+  if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
+  stage = (stage + 127) / 128 * 128;
+  const size_t pipe = stage * (size_t)t->stages;
+  const size_t warps_mn = (size_t)t->warps_m * t->warps_n;
+  const size_t acc_regs = (size_t)(t->bm / t->warps_m / 16) * (size_t)(t->bn / t->warps_n / 64) * 32;
+  const size_t red = (size_t)(t->warps_k - 1) * warps_mn * 32 * acc_regs * 4;
+  const bool grouped =
+      cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
+  return (pipe > red ? pipe : red) + 3 * (size_t)t->bm * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The configuration of one weight-only GEMM kernel: every field is a compile-time
+ * constant of the generated source. Three parts: the layer (types, group, shape,
+ * experts), the compute (GEMM type, batch invariance) and the tuning (tiles, warps,
+ * stages, Stream-K). M, pointers, top_k and MoE metadata are run-time arguments.
+ */
+#ifndef HM_GEMM_CONFIG_H
+#define HM_GEMM_CONFIG_H
+
+#include "humming.h"
+
+typedef struct hm_gemm_layer_part {
+  hm_dtype weight;   /* U1..U8, I4, I8 (quantized) or F16/BF16 (same as act); scales are
+                        transformed to the act type, so their stored type is not part of it */
+  hm_dtype act;      /* F16 or BF16 */
+  hm_dtype out;      /* F16 or BF16 */
+  int group;         /* group size along K; 0 = per channel (and unquantized) */
+  bool zero_point;   /* per-group zero points; else 2^(bits-1) (unsigned) or 0 (signed) */
+  bool bias;
+  bool global_scale; /* f32 per expert */
+  int64_t n, k, experts;
+} hm_gemm_layer_part;
+
+typedef struct hm_gemm_compute_part {
+  hm_gemm_type type;
+  bool batch_invariant; /* no Stream-K: a row's result does not depend on M */
+} hm_gemm_compute_part;
+
+#define HM_GEMM_MAX_CTAS_PER_SM 4
+
+typedef struct hm_gemm_tuning {
+  int bm, bn, bk;                 /* CTA tile; bn a multiple of 64, bk of 64..256 */
+  int warps_m, warps_n, warps_k;  /* warp grid; warps_k splits each stage's k16 steps */
+  int stages;                     /* cp.async ring depth */
+  bool stream_k;                  /* split the last waves' k-iterations over all CTAs */
+  int sk_min_iters;               /* fewest k-iterations a Stream-K CTA takes */
+  int ctas_per_sm;                /* persistent CTAs per SM */
+} hm_gemm_tuning;
+
+typedef struct hm_gemm_config {
+  hm_gemm_layer_part layer;
+  hm_gemm_compute_part compute;
+  hm_gemm_tuning tuning;
+  int arch; /* 80, 86, 89, 90, ... */
+} hm_gemm_config;
+
+/* Fills the layer and compute parts from a public layer config; tuning is left zero. */
+hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type, int arch, hm_gemm_config *out);
+/* Checks that the kernel can be built and run: formats, shapes, tile shape, shared memory. */
+hm_status hm_gemm_config_check(const hm_gemm_config *cfg);
+/* The kernel's entry name, unique per config ("hm_gemm_dense_u4z_g128_..."). */
+void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len);
+
+/* Derived sizes (mirrors kernels/gemm_traits.cuh). */
+int hm_gemm_config_threads(const hm_gemm_config *cfg);
+size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg);
+/* Bits per weight code: 1..8, or 16 for unquantized weights. */
+int hm_gemm_weight_bits(hm_dtype weight);
+/* Largest dynamic shared memory per block of an arch, 0 if unknown. */
+size_t hm_gemm_arch_smem_limit(int arch);
+int64_t hm_gemm_n_tiles(const hm_gemm_config *cfg);
+int64_t hm_gemm_k_iters(const hm_gemm_config *cfg);
+
+#endif

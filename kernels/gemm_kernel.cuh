@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// The persistent GEMM kernel body. CTA c of `grid` first takes whole tiles c, c+grid, ...
+// (data-parallel waves), then an even share of the k-iterations of the remaining tiles
+// (Stream-K), so that every SM streams weights until the end. Batch-invariant kernels
+// are built without Stream-K: a row's sums then never depend on M.
+#pragma once
+
+#include "gemm_epilogue.cuh"
+
+struct hm_gemm_smem_maps {
+  int *a_row, *c_row, *flag, *prefix;
+  float *row_scale;
+};
+
+// Loads row maps for the tile, runs k-tiles [kb, ke) and reduces across warps_k.
+template <class C>
+__device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                                unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn, int wk,
+                                                int lane, hm_acc_t<C> &acc) {
+  __syncthreads();  // the previous segment is done with the row maps and shared memory
+  hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
+  __syncthreads();
+  hm_mainloop<C>(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc);
+  hm_reduce_warps_k<C>(smem, wmn, wk, lane, acc);
+}
+
+// A Stream-K piece of a tile: publish the partial; the last contributor sums all of
+// them in k order and stores the tile. Returns nothing; the counter is reset for reuse.
+template <class C>
+__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile, long long first_it,
+                                              long long iters, int ctas, const hm_gemm_smem_maps &maps, int wmn,
+                                              int wk, int lane, hm_acc_t<C> &acc) {
+  using T = hm_gemm_traits<C>;
+  const int cta = blockIdx.x;
+  const int head = hm_sk_owner(first_it, iters, ctas);
+  const int last = hm_sk_owner(first_it + T::k_iters - 1, iters, ctas);
+  const int slot = 2 * cta + (hm_sk_begin(cta, iters, ctas) < first_it ? 1 : 0);
+  if (wk == 0) hm_partial_store<C>(p, slot, wmn, lane, acc);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int arrived = atomicAdd(&p.counters[head], 1);
+    const int is_last = arrived == last - head;
+    if (is_last) atomicExch(&p.counters[head], 0);
+    *maps.flag = is_last;
+  }
+  __syncthreads();
+  if (!*maps.flag || wk != 0) return;
+  __threadfence();
+  hm_acc_zero<C>(acc);
+  for (int c = head; c <= last; ++c)
+    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), wmn, lane, acc);
+  hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+}
+
+template <class C>
+__device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
+  using T = hm_gemm_traits<C>;
+  extern __shared__ __align__(128) unsigned char hm_smem[];
+  hm_gemm_smem_maps maps;
+  maps.a_row = (int *)(hm_smem + T::pipe_or_red);
+  maps.c_row = maps.a_row + C::bm;
+  maps.row_scale = (float *)(maps.c_row + C::bm);
+  maps.flag = (int *)(maps.row_scale + C::bm);
+  maps.prefix = maps.flag + 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wmn = warp % T::warps_mn, wk = warp / T::warps_mn;
+  const int grid = p.grid, cta = blockIdx.x;
+  const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
+  int dp_tiles = tiles;
+  if (C::stream_k && tiles % grid != 0) dp_tiles = tiles < grid ? 0 : (tiles / grid - 1) * grid;
+  hm_acc_t<C> acc;
+
+  for (int t = cta; t < dp_tiles; t += grid) {
+    const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
+    if (tile.skip) continue;
+    hm_gemm_segment<C>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc);
+    if (wk == 0) hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+  }
+
+  const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
+  if (iters == 0) return;
+  long long cap = iters / C::sk_min_iters;
+  const int ctas = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
+  if (cta >= ctas) return;
+  const long long end = hm_sk_begin(cta + 1, iters, ctas);
+  for (long long it = hm_sk_begin(cta, iters, ctas); it < end;) {
+    const int t = (int)(it / T::k_iters);
+    const int kb = (int)(it % T::k_iters);
+    const int ke = (int)(end - it < T::k_iters - kb ? kb + (end - it) : T::k_iters);
+    it += ke - kb;
+    const hm_tile tile = hm_tile_at<C>(p, dp_tiles + t, maps.prefix);
+    if (tile.skip) continue;
+    hm_gemm_segment<C>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc);
+    if (kb == 0 && ke == T::k_iters) {
+      if (wk == 0) hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+    } else {
+      hm_gemm_fixup<C>(p, tile, (long long)t * T::k_iters, iters, ctas, maps, wmn, wk, lane, acc);
+    }
+  }
+}

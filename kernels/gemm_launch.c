@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Grid, workspace and arguments of a weight-only GEMM launch. */
+#include "kernels/gemm_launch.h"
+
+#include <string.h>
+
+#include "check.h"
+
+/*
+ * Counters first, sized for the most CTAs any config may launch, so that kernels of
+ * one layer sharing a workspace agree on where counters end and partials begin.
+ */
+static size_t counters_bytes(int sm_count) {
+  return ((size_t)sm_count * HM_GEMM_MAX_CTAS_PER_SM * 4 + 255) / 256 * 256;
+}
+
+size_t hm_gemm_workspace_bytes(const hm_gemm_config *cfg, int sm_count) {
+  const int ctas = sm_count * cfg->tuning.ctas_per_sm;
+  if (!cfg->tuning.stream_k) return 0;
+  return counters_bytes(sm_count) + (size_t)2 * ctas * cfg->tuning.bm * cfg->tuning.bn * sizeof(float);
+}
+
+/* An upper bound of the launch's m-tiles known on the host. */
+static int64_t max_m_tiles(const hm_gemm_config *cfg, const hm_gemm_args *a) {
+  const int64_t bm = cfg->tuning.bm, experts = cfg->layer.experts;
+  switch (cfg->compute.type) {
+  case HM_GEMM_DENSE: return (a->m + bm - 1) / bm;
+  case HM_GEMM_INDEXED: return (a->max_padded + bm - 1) / bm;
+  case HM_GEMM_GROUPED_CONTIGUOUS: return a->m == 0 ? 0 : (a->m + bm - 1) / bm + experts;
+  case HM_GEMM_GROUPED_MASKED: return experts * ((a->m + bm - 1) / bm);
+  }
+  return 0;
+}
+
+int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *args) {
+  const int64_t tiles = max_m_tiles(cfg, args) * hm_gemm_n_tiles(cfg);
+  if (tiles <= 0) return 0;
+  int64_t work = tiles;
+  if (cfg->tuning.stream_k) work = tiles * hm_gemm_k_iters(cfg) / cfg->tuning.sk_min_iters;
+  const int64_t ctas = (int64_t)sm_count * cfg->tuning.ctas_per_sm;
+  return (int)(work < 1 ? 1 : (work < ctas ? work : ctas));
+}
+
+static hm_status check_indexed(const hm_gemm_config *cfg, const hm_gemm_args *a) {
+  HM_CHECK_NOT_NULL(a->sorted_ids);
+  HM_CHECK_NOT_NULL(a->expert_ids);
+  HM_CHECK_NOT_NULL(a->num_padded);
+  if (a->top_k < 1 || a->a_rows_per_token < 1 || a->max_padded < 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "indexed GEMM: top_k=%d, a_rows_per_token=%d, max_padded=%lld", a->top_k,
+            a->a_rows_per_token, (long long)a->max_padded);
+  if (a->block_m < 1 || a->block_m % cfg->tuning.bm != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "indexed GEMM: block_m=%d is not a multiple of the kernel's bm=%d", a->block_m,
+            cfg->tuning.bm);
+  if (a->m * a->top_k > INT32_MAX) HM_FAIL(HM_INVALID_ARGUMENT, "indexed GEMM: m*top_k too large");
+  return HM_OK;
+}
+
+hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *a) {
+  HM_CHECK_NOT_NULL(cfg);
+  HM_CHECK_NOT_NULL(a);
+  if (a->type != cfg->compute.type)
+    HM_FAIL(HM_INVALID_ARGUMENT, "GEMM args of type %s for a %s kernel", hm_gemm_type_name(a->type),
+            hm_gemm_type_name(cfg->compute.type));
+  if (a->m < 0 || a->m > INT32_MAX) HM_FAIL(HM_INVALID_ARGUMENT, "GEMM m=%lld out of range", (long long)a->m);
+  if (a->m == 0) return HM_OK;
+  HM_CHECK_NOT_NULL(a->a);
+  HM_CHECK_NOT_NULL(a->c);
+  if ((uintptr_t)a->a % 16 != 0 || (uintptr_t)a->c % 4 != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "GEMM A must be 16-byte and C 4-byte aligned (a=%p c=%p)", a->a, a->c);
+  switch (a->type) {
+  case HM_GEMM_DENSE: return HM_OK;
+  case HM_GEMM_INDEXED: return check_indexed(cfg, a);
+  case HM_GEMM_GROUPED_CONTIGUOUS: HM_CHECK_NOT_NULL(a->expert_offsets); /* fall through */
+  case HM_GEMM_GROUPED_MASKED: HM_CHECK_NOT_NULL(a->expert_counts); return HM_OK;
+  }
+  HM_FAIL(HM_INVALID_ARGUMENT, "GEMM type %d unknown", (int)a->type);
+}
+
+hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_count, const hm_gemm_operands *ops,
+                         const hm_gemm_args *args, void *workspace, hm_stream *stream) {
+  HM_CHECK_NOT_NULL(kernel);
+  HM_CHECK_NOT_NULL(ops);
+  HM_CHECK(hm_gemm_check_args(cfg, args));
+  if (args->m == 0) return HM_OK;
+  const int grid = hm_gemm_grid(cfg, sm_count, args);
+  if (grid == 0) return HM_OK;
+  if (cfg->tuning.stream_k && workspace == NULL) HM_FAIL(HM_INVALID_ARGUMENT, "Stream-K kernel without workspace");
+  hm_gemm_kernel_params p;
+  memset(&p, 0, sizeof(p));
+  p.a = args->a;
+  p.c = args->c;
+  p.b = ops->weight;
+  p.scales = ops->scales;
+  p.zeros = ops->zeros;
+  p.bias = ops->bias;
+  p.global_scale = ops->global_scale;
+  p.expert_offsets = args->expert_offsets;
+  p.expert_counts = args->expert_counts;
+  p.sorted_ids = args->sorted_ids;
+  p.expert_ids = args->expert_ids;
+  p.num_padded = args->num_padded;
+  p.topk_weights = args->topk_weights;
+  p.counters = workspace;
+  p.partials = workspace ? (float *)((char *)workspace + counters_bytes(sm_count)) : NULL;
+  p.m = args->m;
+  p.top_k = args->type == HM_GEMM_INDEXED ? args->top_k : 1;
+  p.a_rows_per_token = args->type == HM_GEMM_INDEXED ? args->a_rows_per_token : 1;
+  p.block_m = args->type == HM_GEMM_INDEXED ? args->block_m : cfg->tuning.bm;
+  p.grid = grid;
+  hm_launch_dims dims;
+  memset(&dims, 0, sizeof(dims));
+  dims.grid[0] = (unsigned)grid;
+  dims.grid[1] = dims.grid[2] = 1;
+  dims.block[0] = (unsigned)hm_gemm_config_threads(cfg);
+  dims.block[1] = dims.block[2] = 1;
+  dims.shared_bytes = hm_gemm_config_smem_bytes(cfg);
+  void *kargs[] = {&p};
+  return hm_kernel_launch(kernel, &dims, kargs, stream);
+}

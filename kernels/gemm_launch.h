@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Launching a weight-only GEMM kernel: the kernel argument (mirrored by
+ * kernels/gemm_params.cuh), the persistent grid, and the Stream-K workspace.
+ */
+#ifndef HM_GEMM_LAUNCH_H
+#define HM_GEMM_LAUNCH_H
+
+#include <stdint.h>
+
+#include "kernels/gemm_config.h"
+#include "kernels/jit.h"
+
+/* Field for field the device's struct hm_gemm_params. */
+typedef struct hm_gemm_kernel_params {
+  const void *a;
+  void *c;
+  const void *b;
+  const void *scales;
+  const uint8_t *zeros;
+  const void *bias;
+  const float *global_scale;
+  const int32_t *expert_offsets;
+  const int32_t *expert_counts;
+  const int32_t *sorted_ids;
+  const int32_t *expert_ids;
+  const int32_t *num_padded;
+  const float *topk_weights;
+  float *partials;
+  int32_t *counters;
+  int64_t m;
+  int32_t top_k;
+  int32_t a_rows_per_token;
+  int32_t block_m;
+  int32_t grid;
+} hm_gemm_kernel_params;
+
+/* Transformed weights of a layer on the device (kernels/transform.h). */
+typedef struct hm_gemm_operands {
+  const void *weight;
+  const void *scales;
+  const uint8_t *zeros;
+  const void *bias;
+  const float *global_scale;
+} hm_gemm_operands;
+
+/*
+ * Bytes of the Stream-K workspace for the largest grid of cfg on sm_count SMs: per-CTA
+ * counters (must be zero before the first launch; kernels leave them zero) and two
+ * partial tiles per CTA.
+ */
+size_t hm_gemm_workspace_bytes(const hm_gemm_config *cfg, int sm_count);
+/* CTAs to launch for args: the persistent grid, fewer for small problems; 0: nothing to do. */
+int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *args);
+/* Checks args against cfg (type, pointers, block_m, sizes). */
+hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *args);
+/* Launches kernel (built from cfg) on stream. workspace: hm_gemm_workspace_bytes, zeroed once. */
+hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_count, const hm_gemm_operands *ops,
+                         const hm_gemm_args *args, void *workspace, hm_stream *stream);
+
+#endif

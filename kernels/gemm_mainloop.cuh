@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+// The mainloop shared by every GEMM type: a ring of `stages` shared-memory stages filled
+// with cp.async (A tile swizzled for ldmatrix, weight units, scales, zero points), and
+// per k16 step: ldmatrix A, dequantize B in registers, mma.sync.
+#pragma once
+
+#include "gemm_sched.cuh"
+#include "hm_cp_async.cuh"
+#include "hm_mma.cuh"
+
+template <class C>
+__device__ __forceinline__ void hm_acc_zero(hm_acc_t<C> &acc) {
+  float *a = &acc[0][0][0][0];
+#pragma unroll
+  for (int i = 0; i < hm_gemm_traits<C>::acc_regs; ++i) a[i] = 0.0f;
+}
+
+// A rows are bk*2 bytes; 16-byte chunk ch of row r sits at chunk ch ^ (r % 8), so the
+// eight rows an ldmatrix phase reads fall in eight different bank groups.
+template <class C>
+__device__ __forceinline__ int hm_a_offset(int r, int ch) {
+  return r * C::bk * 2 + ((ch ^ (r & 7)) << 4);
+}
+
+template <class C>
+__device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row) {
+  using T = hm_gemm_traits<C>;
+  constexpr int per_row = C::bk / 8;
+  constexpr int total = C::bm * per_row;
+  const unsigned char *a = (const unsigned char *)p.a;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int r = i / per_row, ch = i % per_row;
+      const int row = a_row[r];
+      const int k = kt * C::bk + ch * 8;
+      const bool ok = row >= 0 && k < C::k;
+      hm_cp_async16(st + hm_a_offset<C>(r, ch), ok ? a + ((long long)row * C::k + k) * 2 : a, ok);
+    }
+  }
+}
+
+// Weight units of the tile's columns for k-tile kt; each column of units is contiguous.
+template <class C>
+__device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st) {
+  using T = hm_gemm_traits<C>;
+  constexpr int unit_chunks = T::unit_bytes / 16;
+  constexpr int col_chunks = T::steps * unit_chunks;
+  constexpr int total = T::bn_units * col_chunks;
+  const unsigned char *b = (const unsigned char *)p.b;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int col = i / col_chunks, rem = i % col_chunks;
+      const int unit = tile.n_tile * T::bn_units + col;
+      const int k16 = kt * T::steps + rem / unit_chunks;
+      const bool ok = unit < T::n_units && k16 < T::k16;
+      const long long src = (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * T::unit_bytes + rem * 16;
+      hm_cp_async16(st + T::b_off + col * T::steps * T::unit_bytes + rem * 16, ok ? b + src : b, ok);
+    }
+  }
+}
+
+// Scales (128 bytes) or zero points (64 bytes) per group and unit column.
+template <class C, int BYTES>
+__device__ __forceinline__ void hm_load_group_data(const unsigned char *src, const hm_tile &tile, int kt,
+                                                   unsigned char *dst) {
+  using T = hm_gemm_traits<C>;
+  constexpr int chunks = BYTES / 16;
+  constexpr int total = T::stage_groups * T::bn_units * chunks;
+  const int g0 = C::group == 0 ? 0 : kt * C::bk / C::group;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int gi = i / (T::bn_units * chunks), col = (i / chunks) % T::bn_units, ch = i % chunks;
+      const int g = g0 + gi, unit = tile.n_tile * T::bn_units + col;
+      const bool ok = g < T::groups && unit < T::n_units;
+      const long long off = (((long long)tile.e * T::groups + g) * T::n_units + unit) * BYTES + ch * 16;
+      hm_cp_async16(dst + (gi * T::bn_units + col) * BYTES + ch * 16, ok ? src + off : src, ok);
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st,
+                                              const int *a_row) {
+  using T = hm_gemm_traits<C>;
+  hm_load_a<C>(p, kt, st, a_row);
+  hm_load_b<C>(p, tile, kt, st);
+  if constexpr (T::quant) hm_load_group_data<C, 128>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
+  if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64>(p.zeros, tile, kt, st + T::z_off);
+}
+
+// One weight unit: dequantized B fragments of the eight n8 blocks, MMAs for all m16 rows.
+template <class C>
+__device__ __forceinline__ void hm_unit_mma(const unsigned char *st, int unit_col, int s, int lane,
+                                            const hm_u32 (&af)[hm_gemm_traits<C>::mi][4], float (&acc)[hm_gemm_traits<C>::mi][8][4]) {
+  using T = hm_gemm_traits<C>;
+  using D = hm_dq<T::bf16, C::bits>;
+  hm_u32 w[C::bits];
+  hm_load_lane_words<C::bits>(w, st + T::b_off + (unit_col * T::steps + s) * T::unit_bytes, lane);
+  hm_u32 sc[4] = {0, 0, 0, 0}, zr[2] = {0, 0};
+  if constexpr (T::quant) {
+    const int gi = T::step_group(s);
+    const uint4 v = *(const uint4 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + (lane >> 2) * 16);
+    sc[0] = v.x, sc[1] = v.y, sc[2] = v.z, sc[3] = v.w;
+    if constexpr (T::z_bytes > 0) {
+      const uint2 z = *(const uint2 *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 + (lane >> 2) * 8);
+      zr[0] = z.x, zr[1] = z.y;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    hm_u32 b0 = hm_pair_codes<C::bits>(w, 2 * j), b1 = hm_pair_codes<C::bits>(w, 2 * j + 1);
+    if constexpr (T::quant) {
+      const hm_u32 s2 = hm_h2_broadcast(sc[j >> 1], j & 1);
+      const hm_u32 zc = T::z_bytes > 0 ? (zr[j >> 2] >> (8 * (j & 3))) & 0xffu : (hm_u32)C::zero_const;
+      const hm_u32 z2 = D::zero(zc);
+      b0 = D::apply(b0, z2, s2);
+      b1 = D::apply(b1, z2, s2);
+    }
+#pragma unroll
+    for (int m = 0; m < T::mi; ++m) hm_mma_16816<T::bf16>(acc[m][j], af[m], b0, b1);
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void hm_compute_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
+                                                 hm_acc_t<C> &acc) {
+  using T = hm_gemm_traits<C>;
+  const unsigned a_base = hm_smem_addr(st);
+#pragma unroll
+  for (int ss = 0; ss < T::wk_steps; ++ss) {
+    const int s = wk * T::wk_steps + ss;
+    hm_u32 af[T::mi][4];
+#pragma unroll
+    for (int m = 0; m < T::mi; ++m) {
+      const int r = wm * T::wtm + m * 16 + (lane & 15);
+      hm_ldmatrix_x4(af[m], a_base + hm_a_offset<C>(r, s * 2 + (lane >> 4)));
+    }
+#pragma unroll
+    for (int u = 0; u < T::nu; ++u) hm_unit_mma<C>(st, wn * T::nu + u, s, lane, af, acc[u]);
+  }
+}
+
+// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). Leaves the pipeline
+// drained and the CTA synchronized, so shared memory may be reused on return.
+template <class C>
+__device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke, unsigned char *smem,
+                            const int *a_row, int wm, int wn, int wk, int lane,
+                            hm_acc_t<C> &acc) {
+  using T = hm_gemm_traits<C>;
+  hm_acc_zero<C>(acc);
+  const int count = ke - kb;
+#pragma unroll
+  for (int s = 0; s < C::stages - 1; ++s) {
+    if (s < count) hm_load_stage<C>(p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+    hm_cp_async_commit();
+  }
+  for (int i = 0; i < count; ++i) {
+    hm_cp_async_wait<C::stages - 2>();
+    __syncthreads();
+    const int next = i + C::stages - 1;
+    if (next < count) hm_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
+    hm_cp_async_commit();
+    hm_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, wk, lane, acc);
+  }
+  hm_cp_async_wait<0>();
+  __syncthreads();
+}

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Which tiles a launch has and which rows each tile reads and writes. The four GEMM
+// types share the mainloop; they differ only here. m-tiles of grouped types are
+// enumerated on the device from the per-expert counts, so a launch needs no host
+// knowledge of the routing and can be captured in a graph.
+#pragma once
+
+#include "gemm_params.cuh"
+#include "gemm_traits.cuh"
+
+struct hm_tile {
+  int e;       // expert
+  int m_tile;  // global m-tile index
+  int row0;    // first row of the tile within its expert's rows
+  int n_tile;
+  bool skip;   // expert id -1: nothing to do, no partials either
+};
+
+template <class C>
+__device__ __forceinline__ int hm_expert_rows(const hm_gemm_params &p, int e) {
+  int rows = p.expert_counts[e];
+  if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
+  return rows < 0 ? 0 : rows;
+}
+
+// m-tiles of this launch. Grouped types leave in prefix[e] the m-tiles of experts 0..e.
+template <class C>
+__device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
+  if constexpr (C::gemm_type == HM_GT_DENSE) {
+    return (int)((p.m + C::bm - 1) / C::bm);
+  } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
+    return (*p.num_padded + C::bm - 1) / C::bm;
+  } else {
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      int carry = 0;
+      for (int base = 0; base < C::experts; base += 32) {
+        const int e = base + lane;
+        int v = e < C::experts ? (hm_expert_rows<C>(p, e) + C::bm - 1) / C::bm : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int u = __shfl_up_sync(0xffffffffu, v, d);
+          if (lane >= d) v += u;
+        }
+        if (e < C::experts) prefix[e] = carry + v;
+        carry += __shfl_sync(0xffffffffu, v, 31);
+      }
+    }
+    __syncthreads();
+    return prefix[C::experts - 1];
+  }
+}
+
+// Tile t of the launch (n fastest, so that concurrent tiles share A rows and an expert).
+template <class C>
+__device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, const int *prefix) {
+  using T = hm_gemm_traits<C>;
+  hm_tile tile;
+  tile.m_tile = t / T::n_tiles;
+  tile.n_tile = t % T::n_tiles;
+  tile.e = 0;
+  tile.row0 = tile.m_tile * C::bm;
+  tile.skip = false;
+  if constexpr (C::gemm_type == HM_GT_INDEXED) {
+    const int e = p.expert_ids[tile.row0 / p.block_m];
+    tile.e = e;
+    tile.skip = e < 0 || e >= C::experts;
+  } else if constexpr (C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) {
+    int lo = 0, hi = C::experts - 1;  // first expert whose prefix exceeds m_tile
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (prefix[mid] > tile.m_tile) hi = mid; else lo = mid + 1;
+    }
+    tile.e = lo;
+    tile.row0 = (tile.m_tile - (lo ? prefix[lo - 1] : 0)) * C::bm;
+  }
+  return tile;
+}
+
+// Thread r < bm fills row r of the tile's maps: A row, C row (-1: no row), row scale.
+template <class C>
+__device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_tile &tile, int *a_row, int *c_row,
+                                             float *row_scale) {
+  const int r = threadIdx.x;
+  if (r >= C::bm) return;
+  int ar = -1, cr = -1;
+  float scale = 1.0f;
+  const int local = tile.row0 + r;
+  if constexpr (C::gemm_type == HM_GT_DENSE) {
+    if (local < p.m) ar = cr = local;
+  } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
+    if (local < *p.num_padded) {
+      const int id = p.sorted_ids[local];
+      if (id >= 0 && id < p.m * p.top_k) {
+        ar = id / p.a_rows_per_token;
+        cr = id;
+        if (p.topk_weights) scale = p.topk_weights[id];
+      }
+    }
+  } else if constexpr (C::gemm_type == HM_GT_CONTIGUOUS) {
+    if (local < hm_expert_rows<C>(p, tile.e)) ar = cr = p.expert_offsets[tile.e] + local;
+  } else {
+    if (local < hm_expert_rows<C>(p, tile.e)) ar = cr = (int)(tile.e * p.m + local);
+  }
+  a_row[r] = ar;
+  c_row[r] = cr;
+  row_scale[r] = scale;
+}
+
+// Stream-K: iterations [begin(c), begin(c+1)) of the split tiles go to CTA c.
+__device__ __forceinline__ long long hm_sk_begin(int c, long long iters, int ctas) {
+  return (long long)c * iters / ctas;
+}
+
+// The CTA whose range holds iteration i.
+__device__ __forceinline__ int hm_sk_owner(long long i, long long iters, int ctas) {
+  return (int)(((i + 1) * ctas - 1) / iters);
+}

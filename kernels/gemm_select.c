@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Default tuning. Decode (few rows per expert) is pure weight bandwidth: a 16-row tile,
+ * 256 columns, the k16 steps of each stage split over two warp groups, four stages,
+ * Stream-K over all SMs. More rows per expert move to taller tiles. Batch-invariant
+ * configs fix bk and warps_k (which set the summation order) and drop Stream-K.
+ */
+#include "kernels/gemm_select.h"
+
+#include <string.h>
+
+#include "check.h"
+
+/* Upper ends of the rows-per-expert classes; the last class is open. */
+static const int64_t row_classes[] = {16, 32, 64};
+#define ROW_CLASS_COUNT ((int)HM_ARRAY_SIZE(row_classes) + 1)
+
+static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
+  static const hm_gemm_tuning fast[ROW_CLASS_COUNT] = {
+      {16, 256, 128, 1, 4, 2, 4, true, 4, 1},
+      {32, 256, 128, 1, 4, 2, 4, true, 4, 1},
+      {64, 256, 64, 1, 4, 2, 4, true, 4, 1},
+      {128, 256, 128, 2, 4, 1, 3, true, 4, 1},
+  };
+  static const hm_gemm_tuning invariant_cfg[ROW_CLASS_COUNT] = {
+      {16, 128, 64, 1, 2, 1, 6, false, 0, 2},
+      {32, 128, 64, 1, 2, 1, 6, false, 0, 2},
+      {64, 128, 64, 1, 2, 1, 4, false, 0, 2},
+      {128, 256, 64, 2, 4, 1, 4, false, 0, 1},
+  };
+  return invariant ? invariant_cfg[cls] : fast[cls];
+}
+
+/* Narrows bn (and warps_n) for layers with few columns. */
+static void fit_columns(hm_gemm_tuning *t, int64_t n) {
+  const int64_t n_pad = (n + 63) / 64 * 64;
+  while (t->bn > 64 && t->bn / 2 >= n_pad) {
+    t->bn /= 2;
+    if (t->warps_n > 1) t->warps_n /= 2;
+  }
+}
+
+/*
+ * Fewer stages, then CTAs per SM, then (outside batch-invariant configs, whose bk is
+ * fixed) a smaller bk, until shared memory fits the arch.
+ */
+static hm_status fit_smem(hm_gemm_config *c) {
+  const size_t limit = hm_gemm_arch_smem_limit(c->arch);
+  if (limit == 0) HM_FAIL(HM_UNSUPPORTED, "no GEMM kernels for sm_%d", c->arch);
+  hm_gemm_tuning *t = &c->tuning;
+  while (t->ctas_per_sm > 1 && hm_gemm_config_smem_bytes(c) * (size_t)t->ctas_per_sm > limit) {
+    if (t->stages > 3) t->stages--;
+    else t->ctas_per_sm--;
+  }
+  for (;;) {
+    while (t->stages > 2 && hm_gemm_config_smem_bytes(c) > limit) t->stages--;
+    const bool can_halve = !c->compute.batch_invariant && t->bk > 64 && (t->bk / 32) % t->warps_k == 0;
+    if (hm_gemm_config_smem_bytes(c) <= limit || !can_halve) return HM_OK;
+    t->bk /= 2;
+    t->stages = 3;
+  }
+}
+
+static int64_t effective_experts(const hm_gemm_config *base) {
+  return base->compute.type == HM_GEMM_DENSE ? 1 : base->layer.experts;
+}
+
+static int row_class(const hm_gemm_config *base, int64_t valid_m) {
+  const int64_t experts = effective_experts(base);
+  for (int i = 0; i < (int)HM_ARRAY_SIZE(row_classes); i++)
+    if (valid_m <= row_classes[i] * experts) return i;
+  return ROW_CLASS_COUNT - 1;
+}
+
+static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_config *out) {
+  *out = *base;
+  out->tuning = tuning_for_class(cls, base->compute.batch_invariant);
+  /* Unquantized units are four times wider than 4-bit ones: keep stages affordable. */
+  if (hm_gemm_weight_bits(base->layer.weight) == 16) out->tuning.bk = 64;
+  fit_columns(&out->tuning, base->layer.n);
+  HM_CHECK(fit_smem(out));
+  return hm_gemm_config_check(out);
+}
+
+hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_config *out) {
+  HM_CHECK_NOT_NULL(base);
+  HM_CHECK_NOT_NULL(out);
+  return select_class(base, row_class(base, valid_m), out);
+}
+
+hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out) {
+  HM_CHECK_NOT_NULL(base);
+  HM_CHECK_NOT_NULL(out);
+  memset(out, 0, sizeof(*out));
+  const int64_t experts = effective_experts(base);
+  for (int cls = 0; cls < ROW_CLASS_COUNT; cls++) {
+    HM_CHECK(select_class(base, cls, &out->cfg[cls]));
+    out->m_hi[cls] = cls < (int)HM_ARRAY_SIZE(row_classes) ? row_classes[cls] * experts : INT64_MAX;
+  }
+  out->count = ROW_CLASS_COUNT;
+  return HM_OK;
+}
+
+int hm_gemm_plan_pick(const hm_gemm_plan *plan, int64_t valid_m) {
+  for (int i = 0; i < plan->count; i++)
+    if (valid_m <= plan->m_hi[i]) return i;
+  return plan->count - 1;
+}
+
+int64_t hm_gemm_valid_m(const hm_gemm_args *args, int64_t experts) {
+  switch (args->type) {
+  case HM_GEMM_INDEXED: return args->m * args->top_k;
+  case HM_GEMM_GROUPED_MASKED: return args->m * experts;
+  default: return args->m;
+  }
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The default (analytic) choice of tuning for the weight-only GEMM, and the table of
+ * kernels a layer needs: one config per interval of valid M. The heuristics module
+ * refines the choice; these signatures are what it and `humming-moe precompile` use.
+ */
+#ifndef HM_GEMM_SELECT_H
+#define HM_GEMM_SELECT_H
+
+#include "kernels/gemm_config.h"
+
+#define HM_GEMM_PLAN_MAX 8
+
+/* Kernel i serves valid M in (m_hi of kernel i-1, m_hi]; the last has m_hi = INT64_MAX. */
+typedef struct hm_gemm_plan {
+  int count;
+  int64_t m_hi[HM_GEMM_PLAN_MAX];
+  hm_gemm_config cfg[HM_GEMM_PLAN_MAX];
+} hm_gemm_plan;
+
+/*
+ * Tuning for base (layer, compute and arch set) at valid M (rows; m*top_k for indexed,
+ * max_m*E for masked): tiles from the rows an expert sees, Stream-K unless batch
+ * invariant, stages cut to the arch's shared memory. out = base with tuning filled.
+ */
+hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_config *out);
+/* Every kernel base needs, by M interval. */
+hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out);
+/* Index of the plan entry serving valid_m (valid_m <= 0 picks the first). */
+int hm_gemm_plan_pick(const hm_gemm_plan *plan, int64_t valid_m);
+/* The valid M a forward selects with: m, m*top_k (indexed) or m*experts (masked). */
+int64_t hm_gemm_valid_m(const hm_gemm_args *args, int64_t experts);
+
+#endif

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// Constants derived from a generated kernel config C (see kernels/gemm_gen.c): thread
+// layout, tile counts, and the shared-memory map. The host mirrors the byte counts in
+// gemm_config.c (hm_gemm_config_smem_bytes); both follow this file.
+//
+// C provides: bits (16 = unquantized), act_bf16, out_bf16, group (0 = per channel),
+// zero_point, zero_const, bias, global_scale, n, k, experts, gemm_type, stream_k,
+// sk_min_iters, bm, bn, bk, warps_m, warps_n, warps_k, stages.
+#pragma once
+
+#include "hm_dequant.cuh"
+
+enum { HM_GT_DENSE = 0, HM_GT_INDEXED = 1, HM_GT_CONTIGUOUS = 2, HM_GT_MASKED = 3 };
+
+template <class C>
+struct hm_gemm_traits {
+  static constexpr bool bf16 = C::act_bf16;
+  static constexpr bool quant = C::bits < 16;
+  static constexpr int warps_mn = C::warps_m * C::warps_n;
+  static constexpr int threads = 32 * warps_mn * C::warps_k;
+  static constexpr int wtm = C::bm / C::warps_m;  // warp tile rows
+  static constexpr int wtn = C::bn / C::warps_n;  // warp tile columns
+  static constexpr int mi = wtm / 16;
+  static constexpr int nu = wtn / 64;
+  static constexpr int bn_units = C::bn / 64;
+  static constexpr int steps = C::bk / 16;
+  static constexpr int wk_steps = steps / C::warps_k;
+
+  static constexpr int n_units = (C::n + 63) / 64;
+  static constexpr int k16 = (C::k + 15) / 16;
+  static constexpr int n_tiles = (n_units + bn_units - 1) / bn_units;
+  static constexpr int k_iters = (k16 + steps - 1) / steps;
+  static constexpr int groups = !quant ? 0 : (C::group ? C::k / C::group : 1);
+  static constexpr int stage_groups = (C::group == 0 || C::group >= C::bk) ? 1 : C::bk / C::group;
+  static constexpr int unit_bytes = 128 * C::bits;
+
+  static constexpr int a_bytes = C::bm * C::bk * 2;
+  static constexpr int b_bytes = bn_units * steps * unit_bytes;
+  static constexpr int s_bytes = quant ? stage_groups * bn_units * 128 : 0;
+  static constexpr int z_bytes = (quant && C::zero_point) ? stage_groups * bn_units * 64 : 0;
+  static constexpr int b_off = a_bytes;
+  static constexpr int s_off = b_off + b_bytes;
+  static constexpr int z_off = s_off + s_bytes;
+  static constexpr int stage_bytes = (z_off + z_bytes + 127) / 128 * 128;
+  static constexpr int pipe_bytes = stage_bytes * C::stages;
+  // Accumulators of one thread and the cross-warp K reduction, which reuses the pipeline.
+  static constexpr int acc_regs = mi * nu * 32;
+  static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
+  // After the pipeline: a_row[bm], c_row[bm], row_scale[bm], flag, prefix[experts].
+  static constexpr int smem_bytes = (pipe_bytes > red_bytes ? pipe_bytes : red_bytes) + 3 * C::bm * 4 + 4 +
+                                    ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED)
+                                         ? C::experts * 4
+                                         : 0);
+  static constexpr int pipe_or_red = pipe_bytes > red_bytes ? pipe_bytes : red_bytes;
+
+  // The scale group (within a stage) of k16 step s.
+  __device__ static __forceinline__ int step_group(int s) {
+    return (C::group == 0 || C::group >= C::bk) ? 0 : (s * 16) / C::group;
+  }
+
+  static_assert(C::bm % (16 * C::warps_m) == 0, "bm must split into 16-row warp tiles");
+  static_assert(C::bn % (64 * C::warps_n) == 0, "bn must split into 64-column warp tiles");
+  static_assert(C::bk == 64 || C::bk == 128 || C::bk == 256, "bk must be 64, 128 or 256");
+  static_assert(steps % C::warps_k == 0, "warps_k must divide bk/16");
+  static_assert(C::stages >= 2, "at least two stages");
+  static_assert(C::bm <= threads, "one thread per tile row fills the row maps");
+  static_assert(C::group == 0 || (C::group % 16 == 0 && (C::group % C::bk == 0 || C::bk % C::group == 0)),
+                "group must be a multiple of 16 that divides or is divided by bk");
+};
+
+// One thread's accumulators: [weight unit][m16 block][n8 block][c0..c3].
+template <class C>
+using hm_acc_t = float[hm_gemm_traits<C>::nu][hm_gemm_traits<C>::mi][8][4];

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// Asynchronous global -> shared copies (SM80 cp.async), the data movement of the
+// multi-stage pipelines. A predicated-off copy writes zeros, which is how tiles are
+// padded past the edges of A and B.
+#pragma once
+
+__device__ __forceinline__ unsigned hm_smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes, bypassing L1 (.cg): every byte is read once per CTA.
+__device__ __forceinline__ void hm_cp_async16(void *smem, const void *gmem, bool valid) {
+  int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(hm_smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void hm_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void hm_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}

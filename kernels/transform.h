@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The GPU transform of canonical weights (engine/quant.h) into the order the GEMM
+ * mainloop reads (kernels/hm_dequant.cuh): codes into per-lane fragment units of
+ * 16x64, scales into the activation type, zero points into bytes, all per 64 columns.
+ * N is padded to 64 and K to 16; the pad holds finite values that meet zeros of A.
+ */
+#ifndef HM_TRANSFORM_H
+#define HM_TRANSFORM_H
+
+#include <stdint.h>
+
+#include "humming.h"
+#include "kernels/gemm_gen.h"
+
+typedef struct hm_transform_desc {
+  hm_dtype weight;  /* U1..U8, I4, I8, or F16/BF16 */
+  hm_dtype scale;   /* F16, BF16, F32 (quantized weights) */
+  hm_dtype act;     /* F16, BF16: the type scales are converted to */
+  int group;        /* 0 = per channel */
+  bool zero_point;
+  int64_t n, k, experts;
+  int arch;
+} hm_transform_desc;
+
+typedef struct hm_transform_sizes {
+  size_t weight_bytes, scale_bytes, zero_bytes; /* 0 where absent */
+  size_t in_weight_bytes, in_scale_bytes, in_zero_bytes; /* canonical arrays */
+} hm_transform_sizes;
+
+/* Byte sizes of the canonical inputs and the transformed outputs. */
+hm_status hm_transform_sizes_of(const hm_transform_desc *d, hm_transform_sizes *out);
+
+/* Device buffers of one transform; inputs canonical, outputs sized by hm_transform_sizes_of. */
+typedef struct hm_transform_buffers {
+  const void *in_weight, *in_scales, *in_zeros;
+  void *weight, *scales, *zeros;
+} hm_transform_buffers;
+
+/* Generates the transform kernel of d (one module for its three parts). */
+hm_status hm_transform_gen(const hm_transform_desc *d, hm_gemm_source *out);
+
+/* Compiles (once) and runs the transform kernels on stream. */
+hm_status hm_transform_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,
+                           hm_stream *stream);
+
+#endif

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Every weight-only GEMM variant compiles with NVRTC for sm_80 and sm_90a: each weight
+ * format (bits, signedness, zero points), group size class, activation and output
+ * type, bias (formats rotate over the tunings of the M plan), every GEMM type with
+ * every tuning, batch invariance, and the transform kernels; on the JIT thread pool. Also the plan's invariants and the
+ * legality checks of configs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "hm_test.h"
+#include "kernels/gemm_gen.h"
+#include "kernels/gemm_select.h"
+#include "kernels/transform.h"
+
+typedef struct variant {
+  hm_dtype weight;
+  int group;
+  bool zero_point;
+  hm_dtype act, out;
+  bool bias;
+} variant;
+
+static const variant variants[] = {
+    {HM_U4, 128, true, HM_BF16, HM_BF16, false}, {HM_U4, 64, true, HM_F16, HM_F16, true},
+    {HM_U4, 32, false, HM_BF16, HM_F16, false},  {HM_U4, 0, true, HM_F16, HM_BF16, false},
+    {HM_I4, 128, false, HM_BF16, HM_BF16, true}, {HM_U8, 128, false, HM_BF16, HM_BF16, false},
+    {HM_U8, 64, true, HM_F16, HM_F16, false},    {HM_I8, 0, false, HM_BF16, HM_BF16, true},
+    {HM_U3, 128, true, HM_BF16, HM_BF16, false}, {HM_U2, 64, true, HM_F16, HM_F16, false},
+    {HM_U5, 128, true, HM_BF16, HM_BF16, false}, {HM_U6, 32, false, HM_F16, HM_F16, false},
+    {HM_U7, 0, true, HM_BF16, HM_BF16, false},   {HM_U1, 128, false, HM_F16, HM_F16, false},
+    {HM_BF16, 0, false, HM_BF16, HM_BF16, true}, {HM_F16, 0, false, HM_F16, HM_F16, false},
+};
+
+static hm_layer_config layer_of(const variant *v, int64_t experts, bool invariant) {
+  hm_layer_config c = HM_LAYER_CONFIG_INIT;
+  c.n = 4096 + 576;
+  c.k = 7168;
+  c.experts = experts;
+  const bool q = v->weight != HM_F16 && v->weight != HM_BF16;
+  hm_quant_format f = {v->weight, q ? HM_BF16 : v->weight,
+                       q ? (v->group ? HM_SCALE_GROUP : HM_SCALE_CHANNEL) : HM_SCALE_NONE, v->group, 0,
+                       v->zero_point, false};
+  c.scheme.weight = f;
+  c.scheme.act = v->act;
+  c.out = v->out;
+  c.bias = v->bias;
+  c.batch_invariant = invariant;
+  return c;
+}
+
+typedef struct batch {
+  hm_gemm_source src[1024];
+  int count;
+} batch;
+
+/* Adds the kernels of the plan of (layer, type) for arch: all, or only entry `only`. */
+static void add_plan(batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  for (int i = 0; i < plan.count; i++) {
+    if (only >= 0 && i != only % plan.count) continue;
+    assert_true(b->count < (int)HM_ARRAY_SIZE(b->src));
+    HM_ASSERT_OK(hm_gemm_gen(&plan.cfg[i], &b->src[b->count]));
+    b->src[b->count].src.arch_specific = arch >= 90;
+    b->count++;
+  }
+}
+
+/* The transform of each weight type; every scale type with the first, f16/bf16 alternating after. */
+static void add_transforms(batch *b, int arch) {
+  const hm_dtype scale_types[] = {HM_F16, HM_BF16, HM_F32};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++)
+    for (size_t s = 0; s < HM_ARRAY_SIZE(scale_types); s++) {
+      const variant *v = &variants[i];
+      if (i > 0 && s != i % 2) continue;
+      hm_transform_desc d = {.weight = v->weight, .scale = scale_types[s], .act = v->act, .group = v->group,
+                             .zero_point = v->zero_point, .n = 64, .k = 128, .experts = 1, .arch = arch};
+      HM_ASSERT_OK(hm_transform_gen(&d, &b->src[b->count]));
+      b->src[b->count].src.arch_specific = arch >= 90;
+      b->count++;
+    }
+}
+
+static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
+  (void)state;
+  static batch b;
+  const int archs[] = {80, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
+    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
+      hm_layer_config lc = layer_of(&variants[i], i % 4 == 0 ? 1 : 64, false);
+      add_plan(&b, &lc, lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3), archs[a], (int)i);
+    }
+    hm_layer_config lc = layer_of(&variants[0], 256, false);
+    for (int t = 0; t < 4; t++) add_plan(&b, &lc, (hm_gemm_type)t, archs[a], -1);
+    lc = layer_of(&variants[0], 1, true);
+    add_plan(&b, &lc, HM_GEMM_DENSE, archs[a], -1);
+    add_transforms(&b, archs[a]);
+  }
+  hm_kernel_source *srcs = calloc((size_t)b.count, sizeof(*srcs));
+  const hm_cubin **outs = calloc((size_t)b.count, sizeof(*outs));
+  assert_non_null(srcs);
+  assert_non_null(outs);
+  for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
+  hm_status st = hm_jit_get_cubins(srcs, b.count, outs);
+  int failed = 0;
+  for (int i = 0; i < b.count; i++)
+    if (outs[i] == NULL && failed++ < 5) printf("FAILED: %s sm_%d\n", srcs[i].name, srcs[i].arch);
+  printf("%d GEMM and transform kernels compiled, %d failed\n", b.count, failed);
+  if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
+  for (int i = 0; i < b.count; i++) {
+    assert_true(outs[i]->size > 0);
+    hm_gemm_source_free(&b.src[i]);
+  }
+  free(srcs);
+  free(outs);
+}
+
+static void plans_are_consistent(void **state) {
+  (void)state;
+  for (int inv = 0; inv < 2; inv++)
+    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
+      hm_layer_config lc = layer_of(&variants[i], 8, inv);
+      hm_gemm_config base;
+      HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_INDEXED, 90, &base));
+      hm_gemm_plan plan;
+      HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+      assert_true(plan.count >= 1 && plan.count <= HM_GEMM_PLAN_MAX);
+      assert_true(plan.m_hi[plan.count - 1] == INT64_MAX);
+      for (int j = 0; j < plan.count; j++) {
+        const hm_gemm_tuning *t = &plan.cfg[j].tuning;
+        HM_ASSERT_OK(hm_gemm_config_check(&plan.cfg[j]));
+        if (j > 0) assert_true(plan.m_hi[j] > plan.m_hi[j - 1]);
+        assert_int_equal(hm_gemm_plan_pick(&plan, plan.m_hi[j]), j);
+        if (inv) {
+          /* bk and warps_k fix the order of the k sums: the same for every M. */
+          assert_false(t->stream_k);
+          assert_int_equal(t->bk, plan.cfg[0].tuning.bk);
+          assert_int_equal(t->warps_k, plan.cfg[0].tuning.warps_k);
+        }
+      }
+      /* Decode takes the 16-row tile; many rows per expert a taller one. */
+      assert_int_equal(plan.cfg[hm_gemm_plan_pick(&plan, 8)].tuning.bm, 16);
+      assert_true(plan.cfg[hm_gemm_plan_pick(&plan, 8 * 4096)].tuning.bm >= 64);
+    }
+}
+
+static void illegal_configs_are_refused(void **state) {
+  (void)state;
+  hm_layer_config lc = layer_of(&variants[0], 1, false);
+  hm_gemm_config base, c;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base));
+  HM_ASSERT_OK(hm_gemm_select(&base, 1, &c));
+  hm_gemm_config bad = c;
+  bad.tuning.bm = 24;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  bad = c;
+  bad.tuning.bk = 96;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  bad = c;
+  bad.tuning.stages = 16;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  bad = c;
+  bad.tuning.bm = 256;
+  bad.tuning.warps_m = 4;
+  bad.tuning.stages = 8;
+  bad.tuning.bk = 256;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED); /* shared memory */
+  assert_non_null(strstr(hm_last_error(), "shared memory"));
+  bad = c;
+  bad.arch = 75;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  bad = c;
+  bad.layer.n = 1001;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  bad = c;
+  bad.layer.weight = HM_F8E4M3;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  bad = c;
+  bad.layer.zero_point = true;
+  bad.layer.weight = HM_I4;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  char name[256], other[256];
+  hm_gemm_config_name(&c, name, sizeof(name));
+  bad = c;
+  bad.compute.type = HM_GEMM_INDEXED;
+  hm_gemm_config_name(&bad, other, sizeof(other));
+  assert_string_not_equal(name, other);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(plans_are_consistent),
+      cmocka_unit_test(illegal_configs_are_refused),
+      cmocka_unit_test(every_variant_compiles_for_sm80_and_sm90a),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_shutdown();
+  return rc;
+}

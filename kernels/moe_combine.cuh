@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The top-k weighted combine on the GPU: a block per token and 2048 columns (blockIdx.y),
+ * so that a decode step of one token still spreads over several SMs; eight columns a thread,
+ * y[t] = sum_j w[t,j] * out[row_of[t,j]] (+ shared[t]) summed in f32 in j order with
+ * fused multiply-adds, rounded to bf16 once: bit for bit the host combine (moe/combine.c).
+ * The parameter struct is plain C so that moe/combine.c shares its layout.
+ * Specialized by HM_COMBINE_HIDDEN, HM_COMBINE_TOP_K and HM_COMBINE_SHARED (0 or 1).
+ */
+#ifndef HM_MOE_COMBINE_CUH
+#define HM_MOE_COMBINE_CUH
+
+#include "moe_act.cuh"
+
+#define HM_COMBINE_THREADS 256
+#define HM_COMBINE_COLUMNS (HM_COMBINE_THREADS * 8)
+
+struct hm_moe_combine_params {
+  const unsigned short *expert_out; /* bf16 rows of HIDDEN in expert order */
+  const int *row_of;                /* [tokens, TOP_K], -1 skipped */
+  const float *topk_weights;        /* [tokens, TOP_K] */
+  const unsigned short *shared;     /* [tokens, HIDDEN] bf16, or NULL */
+  unsigned short *y;                /* [tokens, HIDDEN] bf16 */
+  long long tokens;
+};
+
+#if defined(__CUDACC__) && defined(HM_COMBINE_HIDDEN)
+
+/* Adds w * row[c0 .. c0+8) to acc; vector: one 16-byte load. */
+__device__ __forceinline__ void hm_combine_add(float *acc, const unsigned short *row, int c0, float w, bool vector) {
+  float v[8];
+  if (vector && c0 + 8 <= HM_COMBINE_HIDDEN) {
+    hm_load_bf16x8(row + c0, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = c0 + j < HM_COMBINE_HIDDEN ? hm_bf16_to_f32(row[c0 + j]) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; j++) acc[j] = __fmaf_rn(w, v[j], acc[j]);
+}
+
+extern "C" __global__ void __launch_bounds__(HM_COMBINE_THREADS) hm_moe_combine(hm_moe_combine_params p) {
+  const long long t = blockIdx.x;
+  if (t >= p.tokens) return;
+  __shared__ int rows[HM_COMBINE_TOP_K];
+  __shared__ float weights[HM_COMBINE_TOP_K];
+  if (threadIdx.x < HM_COMBINE_TOP_K) {
+    rows[threadIdx.x] = p.row_of[t * HM_COMBINE_TOP_K + threadIdx.x];
+    weights[threadIdx.x] = p.topk_weights[t * HM_COMBINE_TOP_K + threadIdx.x];
+  }
+  __syncthreads();
+  const bool vector = HM_COMBINE_HIDDEN % 8 == 0 &&
+                      (((unsigned long long)p.expert_out | (unsigned long long)p.y |
+                        (unsigned long long)p.shared) & 15) == 0;
+  unsigned short *y = p.y + t * HM_COMBINE_HIDDEN;
+  const int c0 = blockIdx.y * HM_COMBINE_COLUMNS + threadIdx.x * 8;
+  if (c0 >= HM_COMBINE_HIDDEN) return;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int k = 0; k < HM_COMBINE_TOP_K; k++) {
+    if (rows[k] < 0) continue;
+    hm_combine_add(acc, p.expert_out + (long long)rows[k] * HM_COMBINE_HIDDEN, c0, weights[k], vector);
+  }
+#if HM_COMBINE_SHARED
+  hm_combine_add(acc, p.shared + t * HM_COMBINE_HIDDEN, c0, 1.0f, vector);
+#endif
+  unsigned short out[8];
+#pragma unroll
+  for (int j = 0; j < 8; j++) out[j] = hm_f32_to_bf16(acc[j]);
+  if (vector && c0 + 8 <= HM_COMBINE_HIDDEN) {
+    reinterpret_cast<uint4 *>(y + c0)[0] =
+        make_uint4(out[0] | (unsigned)out[1] << 16, out[2] | (unsigned)out[3] << 16,
+                   out[4] | (unsigned)out[5] << 16, out[6] | (unsigned)out[7] << 16);
+    return;
+  }
+  for (int j = 0; j < 8 && c0 + j < HM_COMBINE_HIDDEN; j++) y[c0 + j] = out[j];
+}
+
+#endif
+#endif

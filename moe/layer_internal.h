@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The MoE layer object and the plan of one forward's workspace, private to moe/. */
+#ifndef HM_MOE_LAYER_INTERNAL_H
+#define HM_MOE_LAYER_INTERNAL_H
+
+#include "moe_internal.h"
+
+/* The layer's kernels, compiled at transform (specializations are fixed per layer). */
+typedef struct hm_moe_kernels {
+  hm_kernel *router, *permute, *convert_x, *act, *shared_act, *combine;
+  hm_moe_align_kernels align;
+} hm_moe_kernels;
+
+struct hm_moe_layer {
+  hm_engine *engine;
+  hm_moe_config cfg;
+  int64_t gate_up_rows; /* per expert: 2I, or I for RELU2 */
+  int64_t shared_width; /* S * Is, 0 without shared experts */
+  hm_layer *gate_up, *down;
+  hm_layer *shared_gate_up, *shared_down;
+  float *router_bias; /* engine memory [E], correction_bias only */
+  hm_stream *side;    /* CUDA with shared experts: they overlap the routed path here */
+  bool loaded, shared_loaded, bias_set, transformed;
+  void *workspace;
+  size_t workspace_bytes;
+  hm_moe_kernels kernels;
+  hm_moe_layout last_layout; /* logged when it changes */
+  bool profiling;
+  hm_event *events[HM_MOE_STAGE_COUNT + 1];
+  hm_moe_stats stats;
+};
+
+/* Alignment metadata sets: one per distinct block_m of the two GEMMs (indexed). */
+#define HM_MOE_MAX_SETS 2
+
+/* Byte offsets of one forward's buffers in the workspace; HM_MOE_NONE when absent. */
+#define HM_MOE_NONE SIZE_MAX
+
+typedef struct hm_moe_plan {
+  hm_moe_layout layout;
+  int64_t tokens;
+  int sets;
+  hm_moe_align_config align[HM_MOE_MAX_SETS]; /* [0] for gate_up, [sets-1] for down */
+  hm_moe_align_sizes sizes[HM_MOE_MAX_SETS];
+  int64_t rows;   /* rows of the expert-ordered buffers */
+  bool convert_x; /* x is not already in the activation type */
+  size_t bytes;
+  size_t ids, weights, row_of;
+  size_t counts[HM_MOE_MAX_SETS], offsets[HM_MOE_MAX_SETS], num_padded[HM_MOE_MAX_SETS];
+  size_t sorted_ids[HM_MOE_MAX_SETS], expert_ids[HM_MOE_MAX_SETS], align_ws[HM_MOE_MAX_SETS];
+  size_t xq, xq_scale, a_perm, a_perm_scale, h1, h2, h2_scale, h3;
+  size_t s1, s2, s2_scale, s3;
+} hm_moe_plan;
+
+/* layer_plan.c: the layout for T tokens (config > HUMMING_MOE_LAYOUT > T threshold). */
+hm_status hm_moe_choose_layout(const hm_moe_layer *l, int64_t tokens, hm_moe_layout *out);
+hm_status hm_moe_plan_make(const hm_moe_layer *l, hm_moe_layout layout, int64_t tokens, hm_moe_plan *plan);
+/* Grows the workspace to bytes (waits for the stream first: earlier forwards may use it). */
+hm_status hm_moe_workspace_ensure(hm_moe_layer *l, size_t bytes, hm_stream *stream);
+/* Bytes of one activation-type element and of the scales of one row of k columns. */
+size_t hm_moe_act_bytes(const hm_quant_scheme *s);
+size_t hm_moe_act_scale_row_bytes(const hm_quant_scheme *s, int64_t k);
+
+/* layer_forward.c */
+hm_status hm_moe_compile_kernels(hm_moe_layer *l);
+
+#endif

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the moe/ files share. Each stage (router, alignment, permutation, activation,
+ * combine) has a host implementation and a CUDA one with the same semantics; its _run
+ * entry point checks the arguments and picks one by the engine's backend.
+ */
+#ifndef HM_MOE_INTERNAL_H
+#define HM_MOE_INTERNAL_H
+
+#include "engine.h"
+#include "kernels/jit.h"
+#include "kernels/moe_act.cuh"
+
+/* Where a stage runs, and how many kernels the calls so far enqueued. */
+typedef struct hm_moe_exec {
+  hm_engine *engine;
+  hm_stream *stream;
+  int launches;
+} hm_moe_exec;
+
+static inline bool hm_moe_on_host(const hm_moe_exec *x) {
+  return hm_engine_backend(x->engine) == HM_BACKEND_HOST;
+}
+
+/*
+ * The kernel `name` of the source `defines` + #include "header", compiled for the engine's
+ * device. A non-NULL slot caches it: a layer's specializations never change.
+ */
+hm_status hm_moe_kernel_get(hm_moe_exec *x, hm_kernel **slot, const char *name, const char *defines,
+                            const char *header, hm_kernel **out);
+/* Launches a kernel whose only parameter is the struct at params, on a grid_x x grid_y grid. */
+hm_status hm_moe_kernel_launch(hm_moe_exec *x, hm_kernel *kernel, int64_t grid_x, unsigned grid_y,
+                               unsigned block, void *params);
+
+/* ---- router.c ---- */
+hm_status hm_moe_router_config_check(const hm_moe_router_config *c);
+/* The router kernel of a config (compiled once per slot); the _kernel getters of each
+ * stage let a layer compile its kernels before the first forward. */
+hm_status hm_moe_route_kernel(hm_moe_exec *x, hm_kernel **slot, const hm_moe_router_config *c,
+                              hm_kernel **out);
+hm_status hm_moe_route_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_router_config *c, int64_t tokens,
+                           const float *logits, const float *bias, int32_t *topk_ids, float *topk_weights);
+
+/* ---- align.c, align_host.c, align_cuda.c ---- */
+typedef struct hm_moe_align_kernels {
+  hm_kernel *fused, *count, *scan, *scatter;
+} hm_moe_align_kernels;
+
+/*
+ * Inputs up to this many ids are aligned by one block (one launch, decode); the block
+ * walks its 256-id tiles in turn, so larger inputs are faster with three launches.
+ */
+#define HM_MOE_ALIGN_FUSED_MAX_IDS 2048
+
+hm_status hm_moe_align_kernels_get(hm_moe_exec *x, hm_moe_align_kernels *slots, int64_t experts);
+hm_status hm_moe_align_run(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
+                           const int32_t *topk_ids, const hm_moe_alignment *out, void *workspace);
+hm_status hm_moe_align_host(const hm_moe_align_config *c, const hm_moe_align_sizes *sizes,
+                            const int32_t *topk_ids, const hm_moe_alignment *out);
+hm_status hm_moe_align_cuda(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
+                            const hm_moe_align_sizes *sizes, const int32_t *topk_ids,
+                            const hm_moe_alignment *out, void *workspace);
+
+/* ---- permute.c: dst[row_of[i]] = src[i / top_k], for each plane ---- */
+typedef struct hm_moe_permute_args {
+  int64_t items; /* tokens * top_k */
+  int top_k;
+  const int32_t *row_of;
+  const void *src; /* rows of row_bytes, one per token */
+  void *dst;
+  size_t row_bytes;
+  const void *src2; /* second plane (activation scales), or NULL */
+  void *dst2;
+  size_t row_bytes2;
+} hm_moe_permute_args;
+
+hm_status hm_moe_permute_kernel(hm_moe_exec *x, hm_kernel **slot, hm_kernel **out);
+hm_status hm_moe_permute_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_permute_args *a);
+
+/* ---- act.c ---- */
+typedef struct hm_moe_act_args {
+  int fn; /* HM_ACT_FN_* of kernels/moe_act.cuh */
+  int64_t items;
+  const int32_t *row_of; /* item -> row, -1 skipped; NULL: the item is the row */
+  const void *in;        /* bf16 rows: gate [0, width), up [width, 2 width) when gated */
+  int64_t in_stride;     /* elements */
+  int64_t width;
+  hm_dtype out_type;       /* BF16, F16, F8E4M3, I8 */
+  hm_act_scale_kind scale; /* for 8-bit outputs */
+  void *out;               /* rows of width */
+  float *out_scale;        /* rows of 1 or ceil(width / 128) */
+} hm_moe_act_args;
+
+/* The kernel function of a public activation. */
+int hm_moe_act_fn_of(hm_moe_activation act);
+hm_status hm_moe_act_kernel(hm_moe_exec *x, hm_kernel **slot, const hm_moe_act_args *a, hm_kernel **out);
+hm_status hm_moe_act_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_act_args *a);
+
+/* ---- combine.c ---- */
+hm_status hm_moe_combine_kernel(hm_moe_exec *x, hm_kernel **slot, int64_t hidden, int top_k, bool shared,
+                                hm_kernel **out);
+hm_status hm_moe_combine_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_combine_args *a);
+
+#endif

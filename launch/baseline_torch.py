@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""cuBLAS bf16 baselines for humming-moe-bench (--baseline torch).
+
+Times, with torch on the GPU, what a framework without quantized MoE kernels does:
+  kernel  the expert GEMM of the bench's kernel mode: for M tokens routed top-k over E
+          experts, one bf16 matmul per active expert over its gathered rows (dense: one
+          matmul of M rows)
+  layer   a bf16 MoE layer: softmax top-k routing, per-expert gate_up, SiLU*up, down,
+          weighted scatter-add back to the tokens
+Timing follows the bench: CUDA events, warm-up, L2 flushed before each run, median.
+Prints one JSON document on stdout: {"versions": {...}, "rows": [{"m": M, "time_us": t}, ...]}.
+"""
+import argparse
+import json
+import sys
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["kernel", "layer"], required=True)
+    p.add_argument("--n", type=int, default=0, help="kernel: output features")
+    p.add_argument("--k", type=int, default=0, help="kernel: input features")
+    p.add_argument("--down", action="store_true", help="kernel: A holds one row per (token, slot)")
+    p.add_argument("--hidden", type=int, default=0, help="layer: H")
+    p.add_argument("--intermediate", type=int, default=0, help="layer: I per expert")
+    p.add_argument("--experts", type=int, required=True)
+    p.add_argument("--top-k", type=int, required=True)
+    p.add_argument("--m", required=True, help="comma-separated token counts")
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1234)
+    return p.parse_args()
+
+
+def random_routing(torch, tokens, experts, top_k, gen, device):
+    """Distinct experts per token, uniform, like the bench's own routing."""
+    scores = torch.rand(tokens, experts, generator=gen, device=device)
+    ids = scores.topk(top_k, dim=1).indices
+    weights = torch.rand(tokens, top_k, generator=gen, device=device) + 0.5
+    return ids, weights / weights.sum(dim=1, keepdim=True)
+
+
+def expert_groups(torch, ids, experts):
+    """(expert, slot indices) for every expert with rows, slots flattened as t*top_k+j."""
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=experts).tolist()
+    groups, start = [], 0
+    for e, c in enumerate(counts):
+        if c:
+            groups.append((e, order[start:start + c]))
+        start += c
+    return groups
+
+
+def time_us(torch, fn, iters, warmup, flush):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(iters):
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def kernel_fn(torch, a, w, groups, top_k, dense, down):
+    """The kernel mode's GEMM: per active expert, its gathered rows times its weights."""
+    if dense:
+        return lambda: torch.matmul(a, w[0].t())
+
+    def run():
+        for e, slots in groups:
+            torch.matmul(a.index_select(0, slots if down else slots // top_k), w[e].t())
+    return run
+
+
+def layer_fn(torch, x, w13, w2, ids, weights, groups, top_k):
+    """A bf16 MoE layer as frameworks write it without fused kernels."""
+    inter = w2.shape[2]
+    flat_w = weights.reshape(-1, 1).to(x.dtype)
+
+    def run():
+        y = torch.zeros_like(x)
+        for e, slots in groups:
+            tok = slots // top_k
+            h = torch.matmul(x.index_select(0, tok), w13[e].t())
+            h = torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
+            y.index_add_(0, tok, torch.matmul(h, w2[e].t()) * flat_w.index_select(0, slots))
+        return y
+    return run
+
+
+def main():
+    args = parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("baseline_torch.py: torch is not installed", file=sys.stderr)
+        return 1
+    if not torch.cuda.is_available():
+        print("baseline_torch.py: no CUDA device for torch", file=sys.stderr)
+        return 1
+    device = torch.device("cuda", args.device)
+    torch.cuda.set_device(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(args.seed)
+    bf16 = torch.bfloat16
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
+    dense = args.mode == "kernel" and args.experts == 1
+    if args.mode == "kernel":
+        w = torch.randn(args.experts, args.n, args.k, generator=gen, device=device, dtype=bf16) * 0.02
+    else:
+        h, i = args.hidden, args.intermediate
+        w13 = torch.randn(args.experts, 2 * i, h, generator=gen, device=device, dtype=bf16) * 0.02
+        w2 = torch.randn(args.experts, h, i, generator=gen, device=device, dtype=bf16) * 0.02
+    rows = []
+    for m in (int(v) for v in args.m.split(",")):
+        ids, weights = random_routing(torch, m, args.experts, args.top_k, gen, device)
+        groups = expert_groups(torch, ids, args.experts)
+        if args.mode == "kernel":
+            a_rows = m * args.top_k if args.down and not dense else m
+            a = torch.randn(a_rows, args.k, generator=gen, device=device, dtype=bf16)
+            fn = kernel_fn(torch, a, w, groups, args.top_k, dense, args.down)
+        else:
+            x = torch.randn(m, args.hidden, generator=gen, device=device, dtype=bf16)
+            fn = layer_fn(torch, x, w13, w2, ids, weights, groups, args.top_k)
+        rows.append({"m": m, "time_us": time_us(torch, fn, args.iters, args.warmup, flush)})
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                "cublas_device": torch.cuda.get_device_name(device)}
+    json.dump({"versions": versions, "rows": rows}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

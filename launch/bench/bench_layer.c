@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * layer mode: one whole MoE layer (router from logits, alignment, activation
+ * quantization, both expert GEMMs, shared experts, combine) per M, in the scheme under
+ * test and in bf16, each checked against the same layer on the host backend, timed,
+ * then run once more with per-stage profiling for the breakdown kept in the JSON.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "bench/bench_align.h"
+#include "bench/bench_layer.h"
+#include "bench/bench_moe.h"
+#include "bench/bench_torch.h"
+#include "check.h"
+
+enum {
+  COL_M,
+  COL_TIME,
+  COL_SPREAD,
+  COL_GBS,
+  COL_TFLOPS,
+  COL_ROOF,
+  COL_BF16,
+  COL_VS_BF16,
+  COL_TORCH,
+  COL_VS_TORCH,
+  COL_WRONG,
+  COL_LAYOUT,
+  COL_MIN,
+  COL_MAX,
+  COL_BYTES,
+  COL_FLOPS,
+  COL_ACTIVE,
+  COL_GRAPH,
+  COL_LAUNCHES,
+  COL_STAGE0,
+  COL_COUNT = COL_STAGE0 + HM_MOE_STAGE_COUNT
+};
+
+static hm_col layer_cols[COL_COUNT] = {
+    [COL_M] = {"M", 8, 0, HM_COL_INT},
+    [COL_TIME] = {"time_us", 10, 2, HM_COL_REAL},
+    [COL_SPREAD] = {"spread%", 7, 1, HM_COL_REAL},
+    [COL_GBS] = {"GB/s", 8, 1, HM_COL_REAL},
+    [COL_TFLOPS] = {"TFLOP/s", 8, 2, HM_COL_REAL},
+    [COL_ROOF] = {"%roof", 6, 1, HM_COL_REAL},
+    [COL_BF16] = {"bf16_us", 10, 2, HM_COL_REAL},
+    [COL_VS_BF16] = {"vs_bf16", 7, 2, HM_COL_RATIO},
+    [COL_TORCH] = {"torch_us", 0, 2, HM_COL_REAL},
+    [COL_VS_TORCH] = {"vs_torch", 0, 2, HM_COL_RATIO},
+    [COL_WRONG] = {"#wrong", 7, 0, HM_COL_INT},
+    [COL_LAYOUT] = {"layout", 10, 0, HM_COL_TEXT},
+    [COL_MIN] = {"min_us", 0, 2, HM_COL_REAL},
+    [COL_MAX] = {"max_us", 0, 2, HM_COL_REAL},
+    [COL_BYTES] = {"bytes", 0, 0, HM_COL_INT},
+    [COL_FLOPS] = {"flops", 0, 0, HM_COL_INT},
+    [COL_ACTIVE] = {"active_experts", 0, 0, HM_COL_INT},
+    [COL_GRAPH] = {"graph", 0, 0, HM_COL_INT},
+    [COL_LAUNCHES] = {"launches", 0, 0, HM_COL_INT},
+    [COL_STAGE0 + HM_MOE_STAGE_ROUTER] = {"router_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_ALIGN] = {"align_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_PERMUTE] = {"permute_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_GEMM1] = {"gemm1_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_ACT] = {"act_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_GEMM2] = {"gemm2_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_SHARED] = {"shared_us", 0, 2, HM_COL_REAL},
+    [COL_STAGE0 + HM_MOE_STAGE_COMBINE] = {"combine_us", 0, 2, HM_COL_REAL},
+};
+
+/* One scheme: the layer on the device and, for the check, the same weights on the host. */
+struct layer_variant {
+  hm_moe_config config;
+  hm_moe_layer *layer, *ref;
+  float *router_bias; /* to count the experts a batch activates */
+};
+
+struct layer_bench {
+  hm_bench *b;
+  struct layer_variant v[2]; /* the scheme under test, then bf16 */
+  int count;
+  double *torch_us;
+  double log_vs_bf16; /* sum over sizes, for the geometric mean in the footer */
+  int ratios;
+};
+
+/* The timed body: one forward. */
+struct layer_run {
+  hm_moe_layer *layer;
+  hm_moe_forward_args args;
+};
+
+static hm_status layer_forward(void *ctx, hm_stream *stream) {
+  struct layer_run *r = ctx;
+  return hm_moe_layer_forward(r->layer, &r->args, stream);
+}
+
+static hm_status variant_make(hm_bench *b, const hm_quant_scheme *scheme, uint64_t seed,
+                              struct layer_variant *v) {
+  int64_t max_tokens = 1;
+  for (int i = 0; i < b->o.m.count; i++)
+    if (b->o.m.v[i] > max_tokens) max_tokens = b->o.m.v[i];
+  HM_CHECK(hm_bench_moe_config(&b->o, scheme, &v->config));
+  hm_bench_moe_weights w;
+  HM_CHECK(hm_bench_moe_weights_make(&v->config, seed, &w));
+  hm_status ret = HM_OK;
+  HM_CHECK_GOTO(hm_bench_moe_layer_make(b->engine, b->stream, &v->config, &w, max_tokens, &v->layer), done);
+  if (b->o.check) {
+    int64_t sample = hm_bench_layer_sample(b, &v->config, max_tokens);
+    HM_CHECK_GOTO(hm_bench_moe_layer_make(b->host, b->host_stream, &v->config, &w, sample, &v->ref), done);
+  }
+done:
+  v->router_bias = w.router_bias;
+  w.router_bias = NULL;
+  hm_bench_moe_weights_free(&w);
+  return ret;
+}
+
+static void variant_free(struct layer_variant *v) {
+  hm_moe_layer_destroy(v->layer);
+  hm_moe_layer_destroy(v->ref);
+  free(v->router_bias);
+  memset(v, 0, sizeof(*v));
+}
+
+/* Time, and then the stage breakdown and layout of one more forward with profiling on. */
+static hm_status measure(struct layer_bench *lb, int which, const hm_bench_layer_inputs *in, hm_timing *t,
+                         hm_moe_stats *stats, int64_t *wrong) {
+  hm_bench *b = lb->b;
+  struct layer_variant *v = &lb->v[which];
+  struct layer_run run = {v->layer, in->args};
+  *wrong = 0;
+  if (b->o.check) HM_CHECK(hm_bench_layer_check(b, &v->config, v->layer, v->ref, in, wrong));
+  HM_CHECK(hm_bench_time(b, layer_forward, &run, hm_bench_want_graph(b, in->tokens), t));
+  HM_CHECK(hm_moe_layer_set_profiling(v->layer, true));
+  hm_status ret = HM_OK;
+  HM_CHECK_GOTO(layer_forward(&run, b->stream), done);
+  HM_CHECK_GOTO(hm_moe_layer_stats(v->layer, stats), done);
+done:
+  hm_moe_layer_set_profiling(v->layer, false);
+  return ret;
+}
+
+static void emit_row(struct layer_bench *lb, const hm_bench_layer_inputs *in, int mi, const hm_timing *t,
+                     const hm_timing *bf16, const hm_moe_stats *stats, int64_t wrong) {
+  hm_bench *b = lb->b;
+  const hm_moe_config *c = &lb->v[0].config;
+  double bytes = hm_bench_moe_bytes(c, in->tokens, in->active_experts);
+  double flops = hm_bench_moe_flops(c, in->tokens);
+  double us = t->median_us, torch = lb->torch_us ? lb->torch_us[mi] : NAN;
+  hm_cell cells[COL_COUNT] = {
+      [COL_M] = HM_NUM(in->tokens),
+      [COL_TIME] = HM_NUM(us),
+      [COL_SPREAD] = HM_NUM(t->spread_pct),
+      [COL_GBS] = HM_NUM(bytes / us / 1e3),
+      [COL_TFLOPS] = HM_NUM(flops / us / 1e6),
+      [COL_ROOF] = HM_NUM(hm_bench_roof_pct(b, bytes, flops, hm_bench_act8(&c->scheme), us)),
+      [COL_BF16] = bf16 ? HM_NUM(bf16->median_us) : HM_NONE,
+      [COL_VS_BF16] = bf16 ? HM_NUM(bf16->median_us / us) : HM_NONE,
+      [COL_TORCH] = HM_NUM(torch),
+      [COL_VS_TORCH] = HM_NUM(torch / us),
+      [COL_WRONG] = HM_NUM(wrong),
+      [COL_LAYOUT] = HM_TEXT(hm_moe_layout_name(stats->layout)),
+      [COL_MIN] = HM_NUM(t->min_us),
+      [COL_MAX] = HM_NUM(t->max_us),
+      [COL_BYTES] = HM_NUM(bytes),
+      [COL_FLOPS] = HM_NUM(flops),
+      [COL_ACTIVE] = HM_NUM(in->active_experts),
+      [COL_GRAPH] = HM_NUM(t->graph),
+      [COL_LAUNCHES] = HM_NUM(stats->launches),
+  };
+  for (int s = 0; s < HM_MOE_STAGE_COUNT; s++)
+    cells[COL_STAGE0 + s] = stats->timed ? HM_NUM(stats->stage_us[s]) : HM_NONE;
+  hm_report_row(b->report, cells);
+}
+
+static hm_status layer_one_m(struct layer_bench *lb, int mi, int64_t *wrong_total) {
+  hm_bench *b = lb->b;
+  hm_bench_layer_inputs in;
+  HM_CHECK(hm_bench_layer_inputs_make(b, &lb->v[0].config, lb->v[0].router_bias, b->o.m.v[mi],
+                                      (uint64_t)b->o.seed + 31 * (uint64_t)mi, &in));
+  hm_status ret = HM_OK;
+  hm_timing t[2];
+  hm_moe_stats stats[2];
+  int64_t wrong[2] = {0, 0};
+  for (int i = 0; i < lb->count; i++) HM_CHECK_GOTO(measure(lb, i, &in, &t[i], &stats[i], &wrong[i]), done);
+  bool self = lb->v[0].config.scheme.weight.weight == HM_BF16 && lb->v[0].config.scheme.act == HM_BF16;
+  const hm_timing *bf16 = lb->count > 1 ? &t[1] : self ? &t[0] : NULL;
+  if (bf16) lb->log_vs_bf16 += log(bf16->median_us / t[0].median_us), lb->ratios++;
+  *wrong_total += wrong[0] + wrong[1];
+  emit_row(lb, &in, mi, &t[0], bf16, &stats[0], wrong[0] + wrong[1]);
+done:
+  hm_bench_layer_inputs_free(b, &in);
+  return ret;
+}
+
+static hm_status layer_setup(struct layer_bench *lb) {
+  hm_bench *b = lb->b;
+  HM_CHECK(variant_make(b, &b->o.scheme, (uint64_t)b->o.seed, &lb->v[0]));
+  lb->count = 1;
+  bool self = b->o.scheme.weight.weight == HM_BF16 && b->o.scheme.act == HM_BF16;
+  if (self || strcmp(b->o.baseline_name, "none") == 0) return HM_OK;
+  hm_quant_scheme bf16;
+  HM_CHECK(hm_quant_scheme_parse("bf16", &bf16));
+  lb->count = 2;
+  return variant_make(b, &bf16, (uint64_t)b->o.seed + 1, &lb->v[1]);
+}
+
+static void layer_header(hm_bench *b, const hm_moe_config *c) {
+  hm_report_header(b->report,
+                   "layer: H=%lld I=%lld E=%lld top_k=%d shared=%lld router=%s layout=%s; M = tokens; "
+                   "x bf16 and router logits in, y bf16 out%s",
+                   (long long)c->hidden, (long long)c->intermediate, (long long)c->router.experts,
+                   c->router.top_k, (long long)c->shared_experts, hm_model_router_name(b->o.model.router),
+                   hm_moe_layout_name(c->layout),
+                   hm_bench_moe_act_approximated(&b->o.model) ? "; swiglu-oai timed as silu*up" : "");
+}
+
+int hm_bench_layer(hm_bench *b) {
+  struct layer_bench lb = {.b = b};
+  bool torch = strcmp(b->o.baseline_name, "torch") == 0;
+  layer_cols[COL_TORCH].width = torch ? 10 : 0;
+  layer_cols[COL_VS_TORCH].width = torch ? 8 : 0;
+  hm_status st = hm_bench_open_report(b, "layer", layer_cols, COL_COUNT);
+  if (st != HM_OK) return hm_bench_fail(b, "report", st);
+  st = layer_setup(&lb);
+  if (st == HM_OK && torch) lb.torch_us = hm_bench_torch_layer(b);
+  if (st == HM_OK) layer_header(b, &lb.v[0].config);
+  hm_report_columns(b->report);
+  int64_t wrong = 0;
+  for (int mi = 0; st == HM_OK && mi < b->o.m.count; mi++) st = layer_one_m(&lb, mi, &wrong);
+  for (int i = 0; i < 2; i++) variant_free(&lb.v[i]);
+  hm_bench_torch_free(lb.torch_us);
+  if (st != HM_OK) return hm_bench_fail(b, "layer", st);
+  b->wrong += wrong;
+  char geomean[48] = "";
+  if (lb.ratios)
+    snprintf(geomean, sizeof(geomean), "; geomean vs_bf16 %.2fx", exp(lb.log_vs_bf16 / lb.ratios));
+  hm_report_footer(b->report, "%s: %d sizes, #wrong %lld%s%s", wrong ? "FAILED" : "OK", b->o.m.count,
+                   (long long)wrong, wrong ? " (exit 1)" : "", geomean);
+  return wrong ? HM_BENCH_EXIT_FAIL : 0;
+}

@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: Apache-2.0
+# humming-moe-bench's tests. The unit programs come from the unit/ glob; this adds what
+# they need beyond the library: the launch/ sources (options, report, #wrong counter) and
+# the path of the bench binary, which test_bench_modes runs in every mode on the host.
+# Under mpirun, the comm mode runs dispatch/combine over 4 host ranks (label mpi).
+
+target_sources(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch/common/options.c
+               ${CMAKE_SOURCE_DIR}/launch/common/report.c ${CMAKE_SOURCE_DIR}/launch/bench/bench_check.c)
+target_include_directories(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch)
+
+target_compile_definitions(test_bench_modes PRIVATE HM_BENCH_EXE="$<TARGET_FILE:humming-moe-bench>")
+add_dependencies(test_bench_modes humming-moe-bench)
+# The comm mode initializes MPI as a singleton, which Open MPI refuses to root without these.
+set_tests_properties(test_bench_modes PROPERTIES
+                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
+
+add_test(NAME test_bench_comm_mpi
+         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 4 $<TARGET_FILE:humming-moe-bench> comm --backend host
+                 --model tiny --m 1,16 --iters 3 --warmup 1)
+set_tests_properties(test_bench_comm_mpi PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE
+                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")

@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Choosing among the candidates: per bucket of valid M, the one with the least cost
+ * relative to the roofline summed over the bucket's sample points (relative, so that a
+ * bucket's large-M end does not drown its small-M start), and the kernel table built
+ * from the buckets.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "heuristics/choose.h"
+#include "log.h"
+
+/* Upper ends of the buckets in rows per expert; the last bucket is open. */
+static const int64_t bucket_rows[] = {1, 4, 16, 32, 64, 128, 512};
+#define BUCKETS ((int)HM_ARRAY_SIZE(bucket_rows) + 1)
+#define SAMPLES 3
+
+_Static_assert(BUCKETS <= HM_GEMM_PLAN_MAX, "a layer's kernel table holds one kernel per bucket at most");
+
+int hm_choose_bucket_count(void) { return BUCKETS; }
+
+bool hm_choose_tuning_equal(const hm_gemm_tuning *a, const hm_gemm_tuning *b) {
+  return a->bm == b->bm && a->bn == b->bn && a->bk == b->bk && a->warps_m == b->warps_m &&
+         a->warps_n == b->warps_n && a->warps_k == b->warps_k && a->stages == b->stages &&
+         a->stream_k == b->stream_k && a->sk_min_iters == b->sk_min_iters && a->ctas_per_sm == b->ctas_per_sm;
+}
+
+static int64_t rows_scale(const hm_layer_config *lc, hm_gemm_type type) {
+  return type == HM_GEMM_DENSE ? 1 : lc->experts;
+}
+
+void hm_choose_bucket(const hm_layer_config *lc, hm_gemm_type type, int index, int64_t *m_lo, int64_t *m_hi) {
+  const int64_t scale = rows_scale(lc, type);
+  *m_lo = index <= 0 ? 0 : bucket_rows[index - 1] * scale;
+  *m_hi = index >= BUCKETS - 1 ? INT64_MAX : bucket_rows[index] * scale;
+}
+
+int64_t hm_choose_bucket_m(int64_t m_lo, int64_t m_hi) {
+  if (m_hi == INT64_MAX) return m_lo > 0 ? 4 * m_lo : 4096;
+  return m_hi;
+}
+
+/* Start, geometric middle and judging point of (m_lo, m_hi]. */
+static void sample_points(int64_t m_lo, int64_t m_hi, int64_t out[SAMPLES]) {
+  const int64_t first = m_lo + 1, last = hm_choose_bucket_m(m_lo, m_hi);
+  out[0] = first;
+  out[1] = (int64_t)llround(sqrt((double)first * (double)last));
+  out[2] = last;
+}
+
+static hm_status base_config(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *p,
+                             hm_gemm_config *out) {
+  HM_CHECK_NOT_NULL(lc);
+  HM_CHECK_NOT_NULL(p);
+  return hm_gemm_config_from_layer(lc, type, p->arch, out);
+}
+
+hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, const hm_device_profile *p,
+                          int64_t m_lo, int64_t m_hi, double *score, double *predicted_us) {
+  int64_t ms[SAMPLES];
+  sample_points(m_lo, m_hi, ms);
+  *score = 0;
+  for (int s = 0; s < SAMPLES; s++) {
+    hm_choose_cost c;
+    HM_CHECK(hm_choose_cost_of(lc, cfg, ms[s], p, &c));
+    *score += c.predicted_us / c.roofline_us;
+    if (predicted_us) *predicted_us = c.predicted_us;
+  }
+  return HM_OK;
+}
+
+/* The index of the best of cands over (m_lo, m_hi], and its predicted time at the judging point. */
+static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
+                           const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
+                           double *predicted_us) {
+  double best_score = INFINITY;
+  *best = -1;
+  for (int i = 0; i < count; i++) {
+    hm_gemm_config cfg = *base;
+    cfg.tuning = cands[i];
+    double score = 0, at_judge = 0;
+    HM_CHECK(hm_choose_score(lc, &cfg, p, m_lo, m_hi, &score, &at_judge));
+    if (score < best_score) {
+      best_score = score;
+      *best = i;
+      *predicted_us = at_judge;
+    }
+  }
+  if (*best < 0)
+    HM_FAIL(HM_UNSUPPORTED, "no legal GEMM tuning for N=%lld K=%lld E=%lld on %s", (long long)lc->n,
+            (long long)lc->k, (long long)lc->experts, p->name);
+  return HM_OK;
+}
+
+hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
+                           int64_t m_lo, int64_t m_hi, hm_gemm_config *out, double *predicted_us) {
+  HM_CHECK_NOT_NULL(out);
+  if (m_lo < 0 || m_hi <= m_lo) HM_FAIL(HM_INVALID_ARGUMENT, "M range (%lld, %lld]", (long long)m_lo, (long long)m_hi);
+  hm_gemm_config base;
+  HM_CHECK(base_config(lc, type, profile, &base));
+  hm_gemm_tuning *cands = NULL;
+  int count = 0, best = -1;
+  double predicted = 0;
+  HM_CHECK(hm_choose_candidates(&base, profile, &cands, &count));
+  hm_status ret = pick_best(lc, &base, profile, cands, count, m_lo, m_hi, &best, &predicted);
+  if (ret == HM_OK) {
+    *out = base;
+    out->tuning = cands[best];
+    if (predicted_us) *predicted_us = predicted;
+  }
+  free(cands);
+  return ret;
+}
+
+typedef struct ranked_item {
+  double us;
+  int index;
+} ranked_item;
+
+static int compare_ranked(const void *a, const void *b) {
+  const ranked_item *x = a, *y = b;
+  if (x->us != y->us) return x->us < y->us ? -1 : 1;
+  return x->index - y->index;
+}
+
+hm_status hm_choose_ranked(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
+                           int64_t valid_m, hm_gemm_tuning *out, int max, int *count) {
+  HM_CHECK_NOT_NULL(out);
+  HM_CHECK_NOT_NULL(count);
+  *count = 0;
+  hm_gemm_config base;
+  HM_CHECK(base_config(lc, type, profile, &base));
+  hm_status ret = HM_OK;
+  hm_gemm_tuning *cands = NULL;
+  ranked_item *items = NULL;
+  int n = 0;
+  HM_CHECK(hm_choose_candidates(&base, profile, &cands, &n));
+  items = calloc((size_t)(n ? n : 1), sizeof(*items));
+  if (items == NULL) HM_FAIL_GOTO(HM_OUT_OF_MEMORY, done, "%d ranked candidates", n);
+  for (int i = 0; i < n; i++) {
+    hm_gemm_config cfg = base;
+    cfg.tuning = cands[i];
+    hm_choose_cost c;
+    HM_CHECK_GOTO(hm_choose_cost_of(lc, &cfg, valid_m, profile, &c), done);
+    items[i] = (ranked_item){c.predicted_us, i};
+  }
+  qsort(items, (size_t)n, sizeof(*items), compare_ranked);
+  for (int i = 0; i < n && i < max; i++) out[(*count)++] = cands[items[i].index];
+done:
+  free(items);
+  free(cands);
+  return ret;
+}
+
+hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
+                         hm_gemm_plan *out) {
+  HM_CHECK_NOT_NULL(out);
+  memset(out, 0, sizeof(*out));
+  hm_gemm_config base;
+  HM_CHECK(base_config(lc, type, profile, &base));
+  hm_status ret = HM_OK;
+  hm_gemm_tuning *cands = NULL;
+  int count = 0;
+  HM_CHECK(hm_choose_candidates(&base, profile, &cands, &count));
+  for (int b = 0; b < BUCKETS; b++) {
+    int64_t lo, hi;
+    int best = -1;
+    double predicted = 0;
+    hm_choose_bucket(lc, type, b, &lo, &hi);
+    HM_CHECK_GOTO(pick_best(lc, &base, profile, cands, count, lo, hi, &best, &predicted), done);
+    const int last = out->count - 1;
+    if (last >= 0 && hm_choose_tuning_equal(&out->cfg[last].tuning, &cands[best])) {
+      out->m_hi[last] = hi;
+      continue;
+    }
+    out->cfg[out->count] = base;
+    out->cfg[out->count].tuning = cands[best];
+    out->m_hi[out->count++] = hi;
+  }
+done:
+  free(cands);
+  return ret;
+}

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The candidate tunings: the cross product of tile, warp grid, pipeline depth,
+ * Stream-K and CTAs per SM, kept only where the kernel accepts it
+ * (hm_gemm_config_check) and the device can hold it (shared memory per block and per
+ * SM, threads and registers per SM). Cheap structural tests run first so that the
+ * kernel's check, which records an error for every refusal, sees few losers.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "heuristics/choose.h"
+
+#define MAX_THREADS_PER_SM 2048
+#define REGS_PER_SM 65536
+/* Registers a GEMM thread needs beside its accumulators: addresses, fragments, dequant. */
+#define BASE_REGS_PER_THREAD 64
+
+static const int bms[] = {16, 32, 64, 128, 256};
+static const int bns[] = {64, 128, 256};
+static const int bks[] = {64, 128, 256};
+static const int warp_counts[] = {1, 2, 4};
+static const int stage_counts[] = {2, 3, 4, 6, 8};
+static const int ctas_per_sm[] = {1, 2, 3, 4};
+static const int sk_min_iters = 4;
+
+/* The kernel's own tile rules, without recording an error for each refusal. */
+static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
+  if (t->bm % (16 * t->warps_m) != 0 || t->bn % (64 * t->warps_n) != 0) return false;
+  if ((t->bk / 16) % t->warps_k != 0) return false;
+  if ((t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4) return false;
+  const int threads = 32 * t->warps_m * t->warps_n * t->warps_k;
+  if (threads > 1024 || t->bm > threads) return false;
+  const int group = base->layer.group;
+  if (group != 0 && group % t->bk != 0 && t->bk % group != 0) return false;
+  /* A tile wider than the padded N only computes padding. */
+  const int64_t n_pad = (base->layer.n + 63) / 64 * 64, k_pad = (base->layer.k + 15) / 16 * 16;
+  if (t->bn > 64 && t->bn / 2 >= n_pad) return false;
+  if (t->bk > 64 && t->bk / 2 >= k_pad) return false;
+  /* Batch invariance fixes the summation order: one bk and warps_k, no Stream-K. */
+  if (base->compute.batch_invariant && (t->bk != 64 || t->warps_k != 1 || t->stream_k)) return false;
+  return true;
+}
+
+static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const size_t smem = hm_gemm_config_smem_bytes(cfg);
+  if (smem > (size_t)p->smem_per_block_bytes || smem * (size_t)t->ctas_per_sm > (size_t)p->smem_per_sm_bytes)
+    return false;
+  const int threads = hm_gemm_config_threads(cfg);
+  if (threads * t->ctas_per_sm > MAX_THREADS_PER_SM) return false;
+  const int acc_regs = (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
+  return (BASE_REGS_PER_THREAD + acc_regs) * threads * t->ctas_per_sm <= REGS_PER_SM;
+}
+
+bool hm_choose_tuning_legal(const hm_gemm_config *base, const hm_gemm_tuning *tuning, const hm_device_profile *p) {
+  if (base == NULL || tuning == NULL || p == NULL) return false;
+  hm_gemm_config cfg = *base;
+  cfg.tuning = *tuning;
+  if (!shape_ok(base, tuning) || !device_ok(&cfg, p)) return false;
+  return hm_gemm_config_check(&cfg) == HM_OK;
+}
+
+/* Appends t if legal, growing the array by doubling. */
+static hm_status push_legal(const hm_gemm_config *base, const hm_device_profile *p, const hm_gemm_tuning *t,
+                            hm_gemm_tuning **items, int *count, int *cap) {
+  if (!hm_choose_tuning_legal(base, t, p)) return HM_OK;
+  if (*count == *cap) {
+    const int grown_cap = *cap ? *cap * 2 : 256;
+    hm_gemm_tuning *grown = realloc(*items, (size_t)grown_cap * sizeof(*grown));
+    if (grown == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "%d candidate tunings", grown_cap);
+    *items = grown;
+    *cap = grown_cap;
+  }
+  (*items)[(*count)++] = *t;
+  return HM_OK;
+}
+
+/* Every warp grid, depth, schedule and occupancy of one tile shape. */
+static hm_status push_tile(const hm_gemm_config *base, const hm_device_profile *p, hm_gemm_tuning t,
+                           hm_gemm_tuning **items, int *count, int *cap) {
+  for (size_t wm = 0; wm < HM_ARRAY_SIZE(warp_counts); wm++)
+    for (size_t wn = 0; wn < HM_ARRAY_SIZE(warp_counts); wn++)
+      for (size_t wk = 0; wk < HM_ARRAY_SIZE(warp_counts); wk++)
+        for (size_t s = 0; s < HM_ARRAY_SIZE(stage_counts); s++)
+          for (size_t c = 0; c < HM_ARRAY_SIZE(ctas_per_sm); c++)
+            for (int sk = 0; sk < 2; sk++) {
+              t.warps_m = warp_counts[wm];
+              t.warps_n = warp_counts[wn];
+              t.warps_k = warp_counts[wk];
+              t.stages = stage_counts[s];
+              t.ctas_per_sm = ctas_per_sm[c];
+              t.stream_k = sk == 1;
+              t.sk_min_iters = t.stream_k ? sk_min_iters : 0;
+              HM_CHECK(push_legal(base, p, &t, items, count, cap));
+            }
+  return HM_OK;
+}
+
+hm_status hm_choose_candidates(const hm_gemm_config *base, const hm_device_profile *profile, hm_gemm_tuning **out,
+                               int *count) {
+  HM_CHECK_NOT_NULL(base);
+  HM_CHECK_NOT_NULL(profile);
+  HM_CHECK_NOT_NULL(out);
+  HM_CHECK_NOT_NULL(count);
+  *out = NULL;
+  *count = 0;
+  hm_status ret = HM_OK;
+  hm_gemm_tuning *items = NULL;
+  int n = 0, cap = 0;
+  for (size_t m = 0; m < HM_ARRAY_SIZE(bms); m++)
+    for (size_t nn = 0; nn < HM_ARRAY_SIZE(bns); nn++)
+      for (size_t k = 0; k < HM_ARRAY_SIZE(bks); k++) {
+        hm_gemm_tuning t = {.bm = bms[m], .bn = bns[nn], .bk = bks[k]};
+        HM_CHECK_GOTO(push_tile(base, profile, t, &items, &n, &cap), fail);
+      }
+  *out = items;
+  *count = n;
+  return HM_OK;
+fail:
+  free(items);
+  return ret;
+}

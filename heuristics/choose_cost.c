@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The cost model behind the choice. It starts from the roofline's bytes and flops and
+ * only ever adds to them, so a prediction is never below the roofline:
+ *  - tiles: rows are padded to bm per expert, columns to bn, K to bk;
+ *  - schedule: whole tiles per CTA quantize into waves; Stream-K splits k-iterations
+ *    (no finer than sk_min_iters) so that few tiles still keep every CTA busy;
+ *  - bandwidth: a CTA can only have its pipeline's stages in flight, so by Little's law
+ *    it streams (stages-1)*stage_bytes per DRAM latency; too few busy CTAs, or too
+ *    shallow pipelines, leave bandwidth unused (this is where H20 and H200 part ways:
+ *    the H20 moves more bytes per SM and needs deeper pipelines);
+ *  - re-reads: every m-tile reads its expert's weights again and every n-tile the
+ *    activations, from L2 when they fit, else from DRAM;
+ *  - compute: padded flops at the tensor rate, derated for small warp tiles, which
+ *    reload fragments from shared memory for few MMAs, and for SMs holding fewer warps
+ *    than it takes to feed all four tensor cores and hide the MMA and dequant latency;
+ *  - dequant: every m-tile converts its expert's weight codes again, so short tiles on
+ *    many rows pay in ALU time what they save in padding;
+ *  - overlap: memory and compute never hide each other fully, so a share of the
+ *    shorter one is added to the longer (and the choice still cares about both).
+ */
+#include <math.h>
+
+#include "check.h"
+#include "heuristics/choose.h"
+#include "heuristics/roofline.h"
+
+#define LAUNCH_US 2.0
+#define DRAM_LATENCY_US 0.8
+#define L2_BW_FACTOR 2.5
+#define SK_FIXUP_US 1.0
+#define WARPS_TO_FILL_SM 8.0
+#define DEQUANT_WEIGHTS_PER_SM_US 2e5
+#define OVERLAP_LOSS 0.2
+/* One SM's load path tops out near twice its fair share of the DRAM bandwidth. */
+#define SM_BW_SHARE_MAX 2.0
+
+static double effective_experts(const hm_layer_config *lc, hm_gemm_type type, const hm_roofline *r) {
+  if (type == HM_GEMM_DENSE) return 1.0;
+  /* Masked launches cover every expert whether or not rows reached it. */
+  if (type == HM_GEMM_GROUPED_MASKED) return (double)lc->experts;
+  return r->active_experts > 1.0 ? r->active_experts : 1.0;
+}
+
+/* Fraction of the tensor rate a resident set of mma.sync warp tiles reaches. */
+static double warp_tile_efficiency(const hm_gemm_tuning *t) {
+  const int frags = (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64);
+  const double per_tile = frags >= 4 ? 0.85 : frags >= 2 ? 0.7 : 0.55;
+  const double warps_per_sm = (double)t->warps_m * t->warps_n * t->warps_k * t->ctas_per_sm;
+  return per_tile * fmin(1.0, warps_per_sm / WARPS_TO_FILL_SM);
+}
+
+/* Average CTAs at work: total k-iterations over (makespan in k-iterations x CTAs launched). */
+static double busy_ctas(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
+  const double ctas = (double)sm_count * t->ctas_per_sm;
+  const double units = tiles * k_iters;
+  double makespan;
+  if (t->stream_k)
+    makespan = fmax(ceil(units / ctas), fmin((double)t->sk_min_iters, k_iters));
+  else
+    makespan = ceil(tiles / ctas) * k_iters;
+  return fmin(ctas, units / makespan);
+}
+
+static double pipeline_bytes_in_flight(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const double stage = (double)hm_gemm_config_smem_bytes(cfg) / t->stages;
+  return stage * (t->stages - 1);
+}
+
+hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg, int64_t valid_m,
+                            const hm_device_profile *p, hm_choose_cost *out) {
+  HM_CHECK_NOT_NULL(lc);
+  HM_CHECK_NOT_NULL(cfg);
+  HM_CHECK_NOT_NULL(p);
+  HM_CHECK_NOT_NULL(out);
+  if (valid_m < 1) HM_FAIL(HM_INVALID_ARGUMENT, "cost at valid M %lld", (long long)valid_m);
+  hm_roofline r;
+  HM_CHECK(hm_roofline_estimate(lc, valid_m, 1, p, &r));
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const double experts = effective_experts(lc, cfg->compute.type, &r);
+  const double m_tiles_per_expert = ceil((double)valid_m / experts / t->bm);
+  const double n_tiles = (double)hm_gemm_n_tiles(cfg), k_iters = (double)hm_gemm_k_iters(cfg);
+  const double tiles = experts * m_tiles_per_expert * n_tiles;
+  const double busy = busy_ctas(t, tiles, k_iters, p->sm_count);
+
+  const double bw_bytes_us = p->mem_bw_gbs * 1e3;
+  const double sm_cap_bytes_us = SM_BW_SHARE_MAX * bw_bytes_us / p->sm_count;
+  const double cta_bytes_us = fmin(pipeline_bytes_in_flight(cfg) / DRAM_LATENCY_US, sm_cap_bytes_us);
+  const double busy_sms = fmin((double)p->sm_count, ceil(busy / t->ctas_per_sm));
+  const double stream_bytes_us = fmin(bw_bytes_us, fmin(busy * cta_bytes_us, busy_sms * sm_cap_bytes_us));
+  const double dram_bytes = r.weight_bytes + r.act_bytes + r.out_bytes;
+  const double reread_bytes = r.weight_bytes * (m_tiles_per_expert - 1) + r.act_bytes * (n_tiles - 1);
+  const double per_expert = experts > 0 ? r.weight_bytes / experts : 0;
+  const double reread_rate = per_expert + r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
+  const double fixup_bytes = t->stream_k ? 2.0 * p->sm_count * t->ctas_per_sm * t->bm * t->bn * 4 : 0;
+  out->mem_us = (dram_bytes + (reread_bytes / reread_rate + fixup_bytes / L2_BW_FACTOR)) / stream_bytes_us;
+
+  const double padded_flops = 2.0 * experts * m_tiles_per_expert * t->bm * n_tiles * t->bn * k_iters * t->bk;
+  const double sm_share = fmin(1.0, busy / t->ctas_per_sm / p->sm_count);
+  const double tensor_us = r.compute_us * (padded_flops / fmax(r.flops, 1.0));
+  const bool quantized = hm_gemm_weight_bits(cfg->layer.weight) < 16;
+  const double dequant_weights = quantized ? tiles * t->bn * k_iters * t->bk : 0.0;
+  const double dequant_us = dequant_weights / (DEQUANT_WEIGHTS_PER_SM_US * p->sm_count * sm_share);
+  out->compute_us = tensor_us / (sm_share * warp_tile_efficiency(t)) + dequant_us;
+
+  out->roofline_us = r.predicted_us;
+  out->busy_ctas = busy;
+  out->bw_gbs = stream_bytes_us * 1e-3;
+  const double longer = fmax(out->mem_us, out->compute_us), shorter = fmin(out->mem_us, out->compute_us);
+  out->predicted_us = LAUNCH_US + longer + OVERLAP_LOSS * shorter + (t->stream_k ? SK_FIXUP_US : 0.0);
+  return HM_OK;
+}

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The GEMM layers of a model preset on one rank, as layer configs with the GEMM types
+ * each runs: the routed experts' gate_up and down (indexed and the grouped layouts),
+ * the shared experts and dense MLP layers (dense). What the tuner and the CI checks of
+ * the heuristics walk.
+ */
+#ifndef HM_CHOOSE_MODEL_H
+#define HM_CHOOSE_MODEL_H
+
+#include "model_presets.h"
+
+#define HM_CHOOSE_MODEL_MAX_LAYERS 6
+
+typedef struct hm_choose_model_layer {
+  hm_layer_config config;
+  const char *role; /* "experts.gate_up", "shared.down", ... */
+  int top_k;        /* rows of A per token in the indexed layout (1 for dense layers) */
+} hm_choose_model_layer;
+
+/* The layers of preset p quantized as scheme on one of tp x ep ranks. */
+hm_status hm_choose_model_layers(const hm_model_preset *p, const hm_quant_scheme *scheme, int tp, int ep,
+                                 hm_choose_model_layer *out, int *count);
+
+#endif

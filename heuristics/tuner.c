@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The autotuner's loop: per bucket, the candidates (analytic choice, the GEMM module's
+ * default, the cost model's next best), all compiled in one parallel batch, then timed
+ * one after another on the bench; the fastest wins. The analytic choice is always
+ * timed, so a tuned table is never slower than the heuristics on the timed shapes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "engine.h"
+#include "heuristics/tuner.h"
+#include "heuristics/tuner_bench.h"
+#include "kernels/gemm_gen.h"
+#include "log.h"
+
+/* Largest valid M timed: above it a bucket keeps the analytic choice (buffers would not fit). */
+#define TUNER_MAX_VALID_M ((int64_t)1 << 16)
+#define MAX_PER_BUCKET 16
+#define DEFAULT_CANDIDATES 6
+#define DEFAULT_REPS 15
+
+typedef struct bucket_work {
+  int count;
+  hm_gemm_config cfg[MAX_PER_BUCKET]; /* [0]: the analytic choice, [1]: the default */
+  hm_kernel_source src[MAX_PER_BUCKET];
+  hm_gemm_source gen[MAX_PER_BUCKET];
+} bucket_work;
+
+static bool already(const bucket_work *w, const hm_gemm_tuning *t) {
+  for (int i = 0; i < w->count; i++)
+    if (hm_choose_tuning_equal(&w->cfg[i].tuning, t)) return true;
+  return false;
+}
+
+static hm_status add_candidate(bucket_work *w, const hm_gemm_config *base, const hm_gemm_tuning *t) {
+  if (w->count == MAX_PER_BUCKET || (w->count > 1 && already(w, t))) return HM_OK;
+  w->cfg[w->count] = *base;
+  w->cfg[w->count].tuning = *t;
+  HM_CHECK(hm_gemm_gen(&w->cfg[w->count], &w->gen[w->count]));
+  w->src[w->count] = w->gen[w->count].src;
+  w->count++;
+  return HM_OK;
+}
+
+static hm_status gather(const hm_tune_request *req, const hm_device_profile *p, hm_tune_bucket *b, bucket_work *w) {
+  hm_gemm_config base, pick, dflt;
+  HM_CHECK(hm_gemm_config_from_layer(req->layer, req->type, p->arch, &base));
+  HM_CHECK(hm_choose_config(req->layer, req->type, p, b->m_lo, b->m_hi, &pick, &b->predicted_us));
+  b->heuristic = pick.tuning;
+  HM_CHECK(add_candidate(w, &base, &pick.tuning));
+  HM_CHECK(hm_gemm_select(&base, b->m, &dflt));
+  HM_CHECK(add_candidate(w, &base, &dflt.tuning));
+  hm_gemm_tuning ranked[MAX_PER_BUCKET];
+  int n = 0;
+  const int want = req->candidates > 0 ? req->candidates : DEFAULT_CANDIDATES;
+  HM_CHECK(hm_choose_ranked(req->layer, req->type, p, b->m, ranked, want < MAX_PER_BUCKET ? want : MAX_PER_BUCKET,
+                            &n));
+  for (int i = 0; i < n; i++) HM_CHECK(add_candidate(w, &base, &ranked[i]));
+  return HM_OK;
+}
+
+static hm_status time_bucket(hm_engine *e, hm_tuner_bench *bench, int reps, bucket_work *w, hm_tune_bucket *b) {
+  b->tuned_us = 0;
+  for (int i = 0; i < w->count; i++) {
+    hm_kernel *k = NULL;
+    double us = 0;
+    HM_CHECK(hm_kernel_get(e, &w->src[i], &k));
+    HM_CHECK(hm_tuner_bench_time(bench, k, &w->cfg[i], b->m, reps, &us));
+    if (i == 0) b->heuristic_us = us;
+    if (i == 1) b->default_us = us;
+    if (i == 0 || us < b->tuned_us) {
+      b->tuned_us = us;
+      b->tuned = w->cfg[i].tuning;
+    }
+    b->timed++;
+  }
+  HM_INFO(TUNE, "M in (%lld, %lld] at %lld: %d candidates, heuristic %.2f us, tuned %.2f us", (long long)b->m_lo,
+          (long long)b->m_hi, (long long)b->m, w->count, b->heuristic_us, b->tuned_us);
+  return HM_OK;
+}
+
+static hm_status entry_of(const hm_tune_request *req, const hm_tune_identity *id, int arch, const hm_tune_bucket *b,
+                          hm_tune_entry *out) {
+  hm_gemm_config base;
+  HM_CHECK(hm_gemm_config_from_layer(req->layer, req->type, arch, &base));
+  memset(out, 0, sizeof(*out));
+  out->id = *id;
+  hm_tune_layer_key(&base, out->layer, sizeof(out->layer));
+  out->m_lo = b->m_lo;
+  out->m_hi = b->m_hi;
+  out->tuning = b->tuned;
+  out->tuned_us = b->tuned_us;
+  out->heuristic_us = b->heuristic_us;
+  return HM_OK;
+}
+
+static void free_work(bucket_work *w, int buckets) {
+  for (int i = 0; i < buckets; i++)
+    for (int j = 0; j < w[i].count; j++) hm_gemm_source_free(&w[i].gen[j]);
+}
+
+/* Compiles every bucket's candidates together; the JIT keeps the cubins for hm_kernel_get. */
+static hm_status compile_all(bucket_work *w, int buckets) {
+  hm_kernel_source all[HM_GEMM_PLAN_MAX * MAX_PER_BUCKET];
+  const hm_cubin *cubins[HM_GEMM_PLAN_MAX * MAX_PER_BUCKET];
+  int n = 0;
+  for (int i = 0; i < buckets; i++)
+    for (int j = 0; j < w[i].count; j++) all[n++] = w[i].src[j];
+  return hm_jit_get_cubins(all, n, cubins);
+}
+
+static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_device_profile *p,
+                             hm_tune_result *out, bucket_work *work) {
+  int64_t max_m = 1;
+  for (int i = 0; i < hm_choose_bucket_count(); i++) {
+    hm_tune_bucket *b = &out->buckets[out->count];
+    memset(b, 0, sizeof(*b));
+    hm_choose_bucket(req->layer, req->type, i, &b->m_lo, &b->m_hi);
+    if (b->m_lo >= TUNER_MAX_VALID_M) continue;
+    b->m = hm_choose_bucket_m(b->m_lo, b->m_hi);
+    if (b->m > TUNER_MAX_VALID_M) b->m = TUNER_MAX_VALID_M;
+    if (b->m > max_m) max_m = b->m;
+    const hm_status st = gather(req, p, b, &work[out->count]);
+    out->count++; /* so that its sources are freed even when gathering failed */
+    HM_CHECK(st);
+  }
+  HM_CHECK(compile_all(work, out->count));
+  hm_tuner_bench bench;
+  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, req->top_k, max_m, (size_t)p->l2_bytes, &bench));
+  hm_status ret = HM_OK;
+  const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS;
+  for (int i = 0; i < out->count; i++) HM_CHECK_GOTO(time_bucket(e, &bench, reps, &work[i], &out->buckets[i]), done);
+done:
+  hm_tuner_bench_destroy(&bench);
+  return ret;
+}
+
+hm_status hm_tuner_run(hm_engine *engine, const hm_tune_request *req, hm_tune_result *out) {
+  HM_CHECK_NOT_NULL(engine);
+  HM_CHECK_NOT_NULL(req);
+  HM_CHECK_NOT_NULL(req->layer);
+  HM_CHECK_NOT_NULL(out);
+  memset(out, 0, sizeof(*out));
+  if (engine->kind != HM_BACKEND_CUDA) HM_FAIL(HM_UNSUPPORTED, "tuning needs a CUDA engine");
+  hm_device_profile p;
+  hm_tune_identity id;
+  HM_CHECK(hm_device_profile_for_engine(engine, &p));
+  HM_CHECK(hm_tune_identity_for_engine(engine, &id));
+  bucket_work *work = calloc(HM_GEMM_PLAN_MAX, sizeof(*work));
+  if (work == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "tuner work");
+  hm_status ret = run_buckets(engine, req, &p, out, work);
+  for (int i = 0; ret == HM_OK && i < out->count; i++)
+    ret = entry_of(req, &id, p.arch, &out->buckets[i], &out->entries[i]);
+  free_work(work, out->count);
+  free(work);
+  return ret;
+}

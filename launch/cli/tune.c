@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * humming-moe tune: times the GEMM candidates of a model's layers per M bucket on this
+ * node's GPU and stores the winners in the tuning table next to the kernel cache. With
+ * --plan it prints the analytic choices and their predicted times instead (no GPU
+ * needed; HUMMING_DEVICE_PROFILE picks the GPU to plan for).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/options.h"
+#include "engine.h"
+#include "heuristics/choose_model.h"
+#include "heuristics/tuner.h"
+#include "kernels/cache.h"
+
+#define EXIT_USAGE 2
+
+typedef struct tune_opts {
+  char model[HM_OPT_STR_LEN];
+  char quant[HM_OPT_STR_LEN];
+  int64_t tp, ep, candidates, reps;
+  bool plan, help;
+} tune_opts;
+
+static void print_tuning(const hm_gemm_tuning *t, char *buf, size_t len) {
+  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d", t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k,
+           t->stages, t->stream_k ? "sk" : "dp", t->ctas_per_sm);
+}
+
+static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
+  for (int b = 0; b < hm_choose_bucket_count(); b++) {
+    int64_t lo, hi;
+    hm_gemm_config cfg;
+    double predicted = 0;
+    hm_choose_bucket(&l->config, type, b, &lo, &hi);
+    if (hm_choose_config(&l->config, type, p, lo, hi, &cfg, &predicted) != HM_OK) {
+      printf("  %-16s %-8s unsupported: %s\n", l->role, hm_gemm_type_name(type), hm_last_error());
+      return 0;
+    }
+    hm_choose_cost c;
+    const int64_t m = hm_choose_bucket_m(lo, hi);
+    if (hm_choose_cost_of(&l->config, &cfg, m, p, &c) != HM_OK) return 1;
+    char t[96];
+    print_tuning(&cfg.tuning, t, sizeof(t));
+    printf("  %-16s %-8s %9lld %11.2f %11.2f  %s\n", l->role, hm_gemm_type_name(type), (long long)m, c.roofline_us,
+           predicted, t);
+  }
+  return 0;
+}
+
+static int tune_layer(hm_engine *e, const hm_choose_model_layer *l, hm_gemm_type type, const tune_opts *o,
+                      const char *root) {
+  hm_tune_request req = {&l->config, type, l->top_k, (int)o->candidates, (int)o->reps};
+  hm_tune_result r;
+  if (hm_tuner_run(e, &req, &r) != HM_OK || hm_tune_table_store(root, r.entries, r.count) != HM_OK) {
+    fprintf(stderr, "humming-moe tune: %s: %s\n", l->role, hm_last_error());
+    return 1;
+  }
+  for (int i = 0; i < r.count; i++) {
+    const hm_tune_bucket *b = &r.buckets[i];
+    char t[96];
+    print_tuning(&b->tuned, t, sizeof(t));
+    const double err = b->heuristic_us > 0 ? 100.0 * (b->predicted_us - b->heuristic_us) / b->heuristic_us : 0;
+    printf("  %-16s %-8s %9lld %11.2f %11.2f %11.2f %11.2f %7.2fx %+7.1f%%  %s\n", l->role, hm_gemm_type_name(type),
+           (long long)b->m, b->predicted_us, b->heuristic_us, b->default_us, b->tuned_us,
+           b->tuned_us > 0 ? b->heuristic_us / b->tuned_us : 0, err, t);
+  }
+  return 0;
+}
+
+static int parse(int argc, char **argv, tune_opts *o) {
+  const hm_opt table[] = {
+      {"--model", HM_OPT_STR, o->model, 0, 0, "NAME", "model preset", NULL},
+      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME", "weight-only scheme (w4a16, w4a16-sym, w8a16, bf16)", NULL},
+      {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks (shapes of one rank)", NULL},
+      {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},
+      {"--candidates", HM_OPT_INT, &o->candidates, 1, 14, "N", "cost-model candidates timed per bucket", NULL},
+      {"--reps", HM_OPT_INT, &o->reps, 1, 1000, "N", "timed launches per candidate (median)", NULL},
+      {"--plan", HM_OPT_FLAG, &o->plan, 0, 0, NULL, "print the analytic choices, time nothing", NULL},
+      {"--help", HM_OPT_FLAG, &o->help, 0, 0, NULL, "this text", NULL},
+  };
+  const int n = (int)(sizeof(table) / sizeof(table[0]));
+  char err[512];
+  if (hm_opts_parse(table, n, argc, argv, 2, err, sizeof(err)) < 0) {
+    fprintf(stderr, "humming-moe tune: %s\n", err);
+    return EXIT_USAGE;
+  }
+  if (o->help) {
+    printf("usage: humming-moe tune --model NAME --quant SCHEME [options]\n");
+    hm_opts_usage(stdout, table, n);
+    return 0;
+  }
+  return -1;
+}
+
+static int run_layers(hm_engine *e, const hm_choose_model_layer *layers, int count, const tune_opts *o,
+                      const hm_device_profile *p, const char *root) {
+  int rc = 0;
+  for (int i = 0; i < count && rc == 0; i++) {
+    const hm_gemm_type type = layers[i].config.experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
+    rc = o->plan ? plan_layer(&layers[i], type, p) : tune_layer(e, &layers[i], type, o, root);
+  }
+  return rc;
+}
+
+int hm_cli_tune(int argc, char **argv) {
+  tune_opts o = {.model = "deepseek-v3", .quant = "w4a16", .tp = 1, .ep = 1};
+  int rc = parse(argc, argv, &o);
+  if (rc >= 0) return rc;
+  hm_model_preset preset;
+  hm_quant_scheme scheme;
+  hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+  int count = 0;
+  if (hm_model_preset_get(o.model, &preset) != HM_OK || hm_quant_scheme_parse(o.quant, &scheme) != HM_OK ||
+      hm_choose_model_layers(&preset, &scheme, (int)o.tp, (int)o.ep, layers, &count) != HM_OK) {
+    fprintf(stderr, "humming-moe tune: %s\n", hm_last_error());
+    return EXIT_USAGE;
+  }
+  hm_engine_config ec = HM_ENGINE_CONFIG_INIT;
+  ec.backend = o.plan ? HM_BACKEND_HOST : HM_BACKEND_CUDA;
+  hm_engine *e = NULL;
+  hm_device_profile p;
+  char root[1024] = "";
+  if (hm_engine_create(&ec, &e) != HM_OK || hm_device_profile_for_engine(e, &p) != HM_OK ||
+      (!o.plan && hm_cache_default_root(root, sizeof(root)) != HM_OK)) {
+    fprintf(stderr, "humming-moe tune: %s\n", hm_last_error());
+    hm_engine_destroy(e);
+    return 1;
+  }
+  printf("# humming-moe tune  model=%s quant=%s tp=%lld ep=%lld  dev=%s  profile=%s%s%s\n", o.model, o.quant,
+         (long long)o.tp, (long long)o.ep, hm_engine_device_name(e), p.name, o.plan ? "" : "  table=", root);
+  if (o.plan)
+    printf("# %-16s %-8s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us", "choice");
+  else
+    printf("# %-16s %-8s %9s %11s %11s %11s %11s %8s %8s  %s\n", "layer", "type", "valid_M", "predict_us",
+           "heur_us", "default_us", "tuned_us", "speedup", "pred_err", "tuned");
+  rc = run_layers(e, layers, count, &o, &p, root);
+  hm_engine_destroy(e);
+  hm_shutdown();
+  return rc;
+}

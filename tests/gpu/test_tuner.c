@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The tuner on a GPU: one small MoE layer is tuned, its entries land in the table
+ * under this device's key, every tuned time is at most the analytic choice's, and the
+ * layer's plan on this engine then answers with the tuned configs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "heuristics/tuner.h"
+#include "hm_test.h"
+#include "kernels/cache.h"
+
+static hm_engine *engine;
+
+static void tune_one_small_layer(void **state) {
+  (void)state;
+  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
+  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &lc.scheme));
+  lc.n = 1024;
+  lc.k = 2048;
+  lc.experts = 8;
+  const hm_tune_request req = {&lc, HM_GEMM_INDEXED, 2, 3, 9};
+  hm_tune_result r;
+  HM_ASSERT_OK(hm_tuner_run(engine, &req, &r));
+  assert_true(r.count > 0);
+  char root[1024];
+  HM_ASSERT_OK(hm_cache_default_root(root, sizeof(root)));
+  HM_ASSERT_OK(hm_tune_table_store(root, r.entries, r.count));
+  hm_tune_table t;
+  hm_tune_identity id;
+  HM_ASSERT_OK(hm_tune_table_load(root, &t));
+  HM_ASSERT_OK(hm_tune_identity_for_engine(engine, &id));
+  for (int i = 0; i < r.count; i++) {
+    const hm_tune_bucket *b = &r.buckets[i];
+    printf("# M %6lld  heuristic %8.2f us  default %8.2f us  tuned %8.2f us  predicted %8.2f us\n", (long long)b->m,
+           b->heuristic_us, b->default_us, b->tuned_us, b->predicted_us);
+    assert_true(b->tuned_us > 0 && b->tuned_us <= b->heuristic_us);
+    const hm_tune_entry *e = hm_tune_table_lookup(&t, &id, r.entries[i].layer, b->m_lo, b->m_hi);
+    assert_non_null(e);
+    assert_true(hm_choose_tuning_equal(&e->tuning, &b->tuned));
+    hm_gemm_tuning chosen;
+    HM_ASSERT_OK(hm_heuristics_choose_tuning(engine, &lc, HM_GEMM_INDEXED, b->m_lo, b->m_hi, &chosen));
+    assert_true(hm_choose_tuning_equal(&chosen, &b->tuned));
+  }
+  hm_tune_table_free(&t);
+}
+
+int main(void) {
+  engine = hm_test_cuda_engine_or_skip();
+  if (engine == NULL) return HM_TEST_SKIP;
+  const struct CMUnitTest tests[] = {cmocka_unit_test(tune_one_small_layer)};
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_engine_destroy(engine);
+  hm_shutdown();
+  return rc;
+}

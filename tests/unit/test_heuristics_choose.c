@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The analytic choice on every model preset, weight-only format and profile (h20,
+ * h200, a100): every chosen config is legal and fits the profile, its predicted time is
+ * never below the roofline, the M intervals cover all M, and the H20 and H200 choices
+ * part where the cost model says they should.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "heuristics/choose.h"
+#include "heuristics/choose_model.h"
+#include "heuristics/roofline.h"
+#include "hm_test.h"
+
+static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16"};
+static const char *const profiles[] = {"h20", "h200", "a100"};
+
+static int types_of(const hm_layer_config *lc, hm_gemm_type out[3]) {
+  if (lc->experts == 1) {
+    out[0] = HM_GEMM_DENSE;
+    return 1;
+  }
+  out[0] = HM_GEMM_INDEXED;
+  out[1] = HM_GEMM_GROUPED_CONTIGUOUS;
+  out[2] = HM_GEMM_GROUPED_MASKED;
+  return 3;
+}
+
+/* Whether the kernels take the layer at all (the GEMM engineer's own choice succeeds). */
+static bool kernel_supports(const hm_layer_config *lc, hm_gemm_type type, int arch) {
+  hm_gemm_config base, pick;
+  return hm_gemm_config_from_layer(lc, type, arch, &base) == HM_OK && hm_gemm_select(&base, 1, &pick) == HM_OK;
+}
+
+static void check_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *p,
+                       const hm_gemm_plan *plan) {
+  assert_true(plan->count >= 1 && plan->count <= HM_GEMM_PLAN_MAX);
+  assert_true(plan->m_hi[plan->count - 1] == INT64_MAX);
+  for (int i = 0; i < plan->count; i++) {
+    const hm_gemm_config *cfg = &plan->cfg[i];
+    HM_ASSERT_OK(hm_gemm_config_check(cfg));
+    assert_true(hm_choose_tuning_legal(cfg, &cfg->tuning, p));
+    assert_true(hm_gemm_config_smem_bytes(cfg) * (size_t)cfg->tuning.ctas_per_sm <= (size_t)p->smem_per_sm_bytes);
+    assert_int_equal(cfg->arch, p->arch);
+    if (i > 0) assert_true(plan->m_hi[i] > plan->m_hi[i - 1]);
+    const int64_t lo = i ? plan->m_hi[i - 1] : 0;
+    const int64_t ms[] = {lo + 1, hm_choose_bucket_m(lo, plan->m_hi[i])};
+    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
+      hm_choose_cost c;
+      HM_ASSERT_OK(hm_choose_cost_of(lc, cfg, ms[j], p, &c));
+      hm_roofline r;
+      HM_ASSERT_OK(hm_roofline_estimate(lc, ms[j], 1, p, &r));
+      assert_true(c.predicted_us >= r.predicted_us);
+      assert_true(c.predicted_us >= c.roofline_us && c.roofline_us > 0);
+    }
+  }
+  (void)type;
+}
+
+static void every_preset_quant_profile_is_legal(void **state) {
+  (void)state;
+  int plans = 0, unsupported = 0;
+  for (int m = 0; m < hm_model_preset_count(); m++) {
+    const hm_model_preset *preset = hm_model_preset_at(m);
+    for (size_t q = 0; q < HM_ARRAY_SIZE(quants); q++) {
+      hm_quant_scheme scheme;
+      HM_ASSERT_OK(hm_quant_scheme_parse(quants[q], &scheme));
+      hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+      int count = 0;
+      HM_ASSERT_OK(hm_choose_model_layers(preset, &scheme, 1, 1, layers, &count));
+      for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
+        hm_device_profile p;
+        HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &p));
+        for (int l = 0; l < count; l++) {
+          hm_gemm_type types[3];
+          const int nt = types_of(&layers[l].config, types);
+          for (int t = 0; t < nt; t++) {
+            hm_gemm_plan plan;
+            hm_status st = hm_choose_plan(&layers[l].config, types[t], &p, &plan);
+            if (!kernel_supports(&layers[l].config, types[t], p.arch)) {
+              assert_int_not_equal(st, HM_OK);
+              unsupported++;
+              continue;
+            }
+            if (st != HM_OK)
+              fail_msg("%s %s %s %s: %s", preset->name, quants[q], p.name, layers[l].role, hm_last_error());
+            check_plan(&layers[l].config, types[t], &p, &plan);
+            plans++;
+          }
+        }
+      }
+    }
+  }
+  printf("# %d plans checked, %d layer/format pairs the kernels do not take\n", plans, unsupported);
+  assert_true(plans > 100);
+}
+
+static hm_layer_config layer(const char *quant, int64_t n, int64_t k, int64_t experts) {
+  hm_layer_config c = HM_LAYER_CONFIG_INIT;
+  HM_ASSERT_OK(hm_quant_scheme_parse(quant, &c.scheme));
+  c.n = n;
+  c.k = k;
+  c.experts = experts;
+  return c;
+}
+
+/*
+ * Decode on a layer of few column tiles (28 tiles of 256 columns): whole tiles would
+ * leave most SMs idle, so the choice must stream the weights at the full bandwidth.
+ */
+static void decode_keeps_every_sm_streaming(void **state) {
+  (void)state;
+  const hm_layer_config lc = layer("w4a16", 7168, 2048, 1);
+  for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
+    hm_device_profile p;
+    HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &p));
+    hm_roofline r;
+    HM_ASSERT_OK(hm_roofline_estimate(&lc, 1, 1, &p, &r));
+    hm_gemm_config cfg;
+    HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
+    hm_choose_cost c;
+    HM_ASSERT_OK(hm_choose_cost_of(&lc, &cfg, 1, &p, &c));
+    assert_int_equal(cfg.tuning.bm, 16);
+    assert_true(c.bw_gbs >= 0.99 * p.mem_bw_gbs);
+    hm_gemm_config whole_tiles = cfg;
+    whole_tiles.tuning = (hm_gemm_tuning){16, 256, 128, 1, 4, 2, 4, false, 0, 1};
+    HM_ASSERT_OK(hm_choose_cost_of(&lc, &whole_tiles, 1, &p, &c));
+    assert_true(c.busy_ctas <= 28 && c.bw_gbs < 0.75 * p.mem_bw_gbs && c.mem_us > 1.3 * r.mem_us);
+  }
+}
+
+/* MoE block_m follows the rows an expert sees (valid M / E), not the valid M itself. */
+static void moe_block_m_follows_rows_per_expert(void **state) {
+  (void)state;
+  const hm_layer_config lc = layer("w4a16", 4096, 7168, 256);
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
+  hm_gemm_config few, many;
+  HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_INDEXED, &p, 0, 256, &few, NULL));
+  HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_INDEXED, &p, 128 * 256, 512 * 256, &many, NULL));
+  assert_int_equal(few.tuning.bm, 16);
+  assert_true(many.tuning.bm >= 64);
+}
+
+/* Whether mine beats theirs under profile p (theirs may not even fit p). */
+static bool strictly_better(const hm_layer_config *lc, const hm_device_profile *p, const hm_gemm_config *mine,
+                            const hm_gemm_config *theirs, int64_t lo, int64_t hi) {
+  hm_gemm_config other = *mine;
+  other.tuning = theirs->tuning;
+  if (!hm_choose_tuning_legal(mine, &other.tuning, p)) return true;
+  double s_mine = 0, s_other = 0;
+  HM_ASSERT_OK(hm_choose_score(lc, mine, p, lo, hi, &s_mine, NULL));
+  HM_ASSERT_OK(hm_choose_score(lc, &other, p, lo, hi, &s_other, NULL));
+  assert_true(s_mine <= s_other);
+  return s_mine < s_other;
+}
+
+/*
+ * The H20 streams more bytes per SM than the H200 and computes five times slower: the
+ * two must choose differently in some buckets, and wherever they do, each profile's
+ * choice scores better than the other's under that profile's own model.
+ */
+static void h20_and_h200_part_where_the_model_says(void **state) {
+  (void)state;
+  hm_device_profile h20, h200;
+  HM_ASSERT_OK(hm_device_profile_builtin("h20", &h20));
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &h200));
+  int differ = 0, total = 0, justified = 0;
+  hm_quant_scheme scheme;
+  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &scheme));
+  for (int m = 0; m < hm_model_preset_count(); m++) {
+    hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+    int count = 0;
+    HM_ASSERT_OK(hm_choose_model_layers(hm_model_preset_at(m), &scheme, 1, 1, layers, &count));
+    for (int l = 0; l < count; l++) {
+      const hm_layer_config *lc = &layers[l].config;
+      const hm_gemm_type type = lc->experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
+      if (!kernel_supports(lc, type, 90)) continue;
+      for (int b = 0; b < hm_choose_bucket_count(); b++) {
+        int64_t lo, hi;
+        hm_choose_bucket(lc, type, b, &lo, &hi);
+        hm_gemm_config a, c;
+        HM_ASSERT_OK(hm_choose_config(lc, type, &h20, lo, hi, &a, NULL));
+        HM_ASSERT_OK(hm_choose_config(lc, type, &h200, lo, hi, &c, NULL));
+        total++;
+        if (hm_choose_tuning_equal(&a.tuning, &c.tuning)) continue;
+        differ++;
+        if (strictly_better(lc, &h20, &a, &c, lo, hi) && strictly_better(lc, &h200, &c, &a, lo, hi)) justified++;
+      }
+    }
+  }
+  printf("# h20 and h200 choose differently in %d of %d buckets (%d strictly better both ways)\n", differ, total,
+         justified);
+  assert_true(differ > 0 && justified > 0);
+}
+
+static void bad_ranges_are_refused(void **state) {
+  (void)state;
+  const hm_layer_config lc = layer("w4a16", 4096, 4096, 1);
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
+  hm_gemm_config cfg;
+  assert_int_equal(hm_choose_config(&lc, HM_GEMM_DENSE, &p, 16, 16, &cfg, NULL), HM_INVALID_ARGUMENT);
+  assert_int_equal(hm_choose_config(&lc, HM_GEMM_DENSE, &p, -1, 16, &cfg, NULL), HM_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_preset_quant_profile_is_legal),
+      cmocka_unit_test(decode_keeps_every_sm_streaming),
+      cmocka_unit_test(moe_block_m_follows_rows_per_expert),
+      cmocka_unit_test(h20_and_h200_part_where_the_model_says),
+      cmocka_unit_test(bad_ranges_are_refused),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_shutdown();
+  return rc;
+}

@@ -51,7 +51,7 @@ hm_status hm_adapter_open(hm_ckpt *ck, const hm_src_request *req, hm_src_matrix 
   m->k = req->k;
   m->groups = 1;
   m->global = 1.0f;
-  const hm_adapter *adapter;
+  const hm_adapter *adapter = NULL;
   HM_CHECK(hm_adapter_for(ck, &adapter));
   if (adapter != &hm_adapter_float && is_unquantized(ck, req)) adapter = &hm_adapter_float;
   hm_status ret = adapter->open(ck, req, m);

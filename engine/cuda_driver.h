@@ -51,7 +51,7 @@
   X(cuEventSynchronize)                                                                 \
   X(cuEventElapsedTime)                                                                 \
   X(cuEventDestroy)                                                                     \
-  X(cuGraphInstantiate)                                                                 \
+  X(cuGraphInstantiateWithFlags)                                                               \
   X(cuGraphLaunch)                                                                      \
   X(cuGraphExecDestroy)                                                                 \
   X(cuGraphDestroy)                                                                     \

@@ -24,13 +24,16 @@ int64_t hm_bench_count_wrong(const float *out, const float *ref, int64_t rows, i
 }
 
 /*
- * bf16 output rounding is 2^-9 relative and the kernels dequantize weights to bf16 too;
- * 8-bit activations add their own rounding (quantized on the device and on the host
- * independently, where ties may go either way).
+ * An element is wrong when it is off by more than a fraction of its row's scale. The
+ * GPU and the host round intermediates (gate_up output, activation) to bf16 at
+ * different points, which leaves a normwise error near 5e-3 and a per-element tail
+ * a few times that; a real fault (wrong expert, row or scale) is off by the whole
+ * row scale. 1/16 sits between the two; 8-bit activations, quantized independently
+ * on both sides, get twice that.
  */
 double hm_bench_tolerance(const hm_quant_scheme *scheme) {
   bool act8 = scheme->act == HM_F8E4M3 || scheme->act == HM_I8;
-  return act8 ? 1.0 / 16 : 1.0 / 64;
+  return act8 ? 1.0 / 8 : 1.0 / 16;
 }
 
 int64_t hm_bench_sample_rows(int64_t rows, double flops_per_row, bool cuda) {

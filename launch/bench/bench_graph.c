@@ -38,11 +38,11 @@ hm_status hm_bench_graph_capture(hm_stream *stream, hm_bench_body body, void *ct
     HM_FAIL(HM_OUT_OF_MEMORY, "graph");
   }
   g->graph = graph;
-  r = hm_cu.cuGraphInstantiate(&g->exec, graph, 0);
+  r = hm_cu.cuGraphInstantiateWithFlags(&g->exec, graph, 0);
   if (r != CUDA_SUCCESS) {
     hm_cu.cuGraphDestroy(graph);
     free(g);
-    return hm_cu_fail(r, "cuGraphInstantiate", __FILE__, __LINE__);
+    return hm_cu_fail(r, "cuGraphInstantiateWithFlags", __FILE__, __LINE__);
   }
   *out = g;
   return HM_OK;

@@ -209,11 +209,13 @@ static void router_on_the_gpu(void **state) {
   weights_init(&w, &rng);
   hm_moe_layer *ref = make_layer(host, &w, HM_MOE_LAYOUT_INDEXED),
                *l = make_layer(gpu, &w, HM_MOE_LAYOUT_AUTO);
+  hm_stream *s = NULL;
+  HM_ASSERT_OK(hm_stream_create(gpu, &s));
   const int64_t tokens[] = {3, 64, 1000};
   for (size_t t = 0; t < 3; t++) {
     inputs in;
     inputs_init(&in, tokens[t], false, &rng);
-    float *want = host_forward(ref, &in, false), *got = gpu_forward(l, &in, false, NULL);
+    float *want = host_forward(ref, &in, false), *got = gpu_forward(l, &in, false, s);
     double err = hm_rel_error(got, want, (size_t)in.T * 512);
     printf("# router on GPU, T=%lld: rel_err %.3g\n", (long long)in.T, err);
     if (err > 2e-2) fail_msg("T=%lld with the GPU router: relative error %g", (long long)in.T, err);
@@ -222,6 +224,7 @@ static void router_on_the_gpu(void **state) {
   }
   hm_moe_layer_destroy(l);
   hm_moe_layer_destroy(ref);
+  hm_stream_destroy(s);
   weights_free(&w);
 }
 
@@ -248,7 +251,7 @@ static void decode_forward_in_a_cuda_graph(void **state) {
   assert_int_equal(hm_cu.cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
   HM_ASSERT_OK(hm_moe_layer_forward(l, &a, s));
   assert_int_equal(hm_cu.cuStreamEndCapture(cs, &graph), CUDA_SUCCESS);
-  assert_int_equal(hm_cu.cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  assert_int_equal(hm_cu.cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
   for (int replay = 0; replay < 2; replay++) {
     inputs next;
     inputs_init(&next, 16, replay == 1, &rng);

@@ -48,7 +48,18 @@ hm_status hm_device_profile_builtin(const char *name, hm_device_profile *out) {
           name);
 }
 
-/* "NVIDIA H200 (132 SMs, sm_90)" -> "h200": the first built-in name found in the device name. */
+/* Whether key occurs in text as a whole word ("h20" is not in "h200"). */
+static bool contains_word(const char *text, const char *key) {
+  size_t len = strlen(key);
+  for (const char *p = strstr(text, key); p != NULL; p = strstr(p + 1, key)) {
+    bool start = p == text || !isalnum((unsigned char)p[-1]);
+    bool end = !isalnum((unsigned char)p[len]);
+    if (start && end) return true;
+  }
+  return false;
+}
+
+/* "NVIDIA H200 (132 SMs, sm_90)" -> "h200": the built-in name that is a word of the device name. */
 static const hm_device_profile *match_device_name(const char *device_name) {
   char lower[160];
   size_t n = 0;
@@ -57,7 +68,7 @@ static const hm_device_profile *match_device_name(const char *device_name) {
   for (size_t i = 0; i < HM_ARRAY_SIZE(builtin); i++) {
     /* GeForce names read "NVIDIA GeForce RTX 4090": match the number. */
     const char *key = strcmp(builtin[i].name, "rtx4090") == 0 ? "4090" : builtin[i].name;
-    if (strstr(lower, key)) return &builtin[i];
+    if (contains_word(lower, key)) return &builtin[i];
   }
   return NULL;
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Device profiles: built-in table, selection by HUMMING_DEVICE_PROFILE, host default; roofline. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "engine.h"
 #include "heuristics/device_profile.h"
 #include "hm_test.h"
 #include "params.h"
@@ -53,6 +55,24 @@ static void env_selects_profile_for_host_engine(void **state) {
   hm_engine_destroy(e);
 }
 
+/* Regression: "NVIDIA H200" once matched the h20 profile, so every %roof on the H200 used H20 rates. */
+static void device_names_pick_their_own_profile(void **state) {
+  (void)state;
+  const char *names[][2] = {{"NVIDIA H200 (132 SMs, sm_90)", "h200"}, {"NVIDIA H20 (78 SMs, sm_90)", "h20"},
+                            {"NVIDIA H100 80GB HBM3 (132 SMs, sm_90)", "h100"},
+                            {"NVIDIA A100-SXM4-80GB (108 SMs, sm_80)", "a100"},
+                            {"NVIDIA GeForce RTX 4090 (128 SMs, sm_89)", "rtx4090"},
+                            {"NVIDIA L40S (142 SMs, sm_89)", "l40s"}};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    hm_engine fake = {.kind = HM_BACKEND_CUDA, .arch = 90, .sm_count = 100};
+    snprintf(fake.device_name, sizeof(fake.device_name), "%s", names[i][0]);
+    hm_device_profile p;
+    HM_ASSERT_OK(hm_device_profile_for_engine(&fake, &p));
+    assert_string_equal(p.name, names[i][1]);
+    assert_int_equal(p.sm_count, 100);
+  }
+}
+
 static hm_layer_config w4a16_layer(int64_t n, int64_t k, int64_t experts) {
   hm_layer_config c = HM_LAYER_CONFIG_INIT;
   c.n = n;
@@ -99,6 +119,7 @@ int main(void) {
       cmocka_unit_test(every_builtin_profile_is_complete),
       cmocka_unit_test(h20_is_compute_poor_and_bandwidth_rich),
       cmocka_unit_test(env_selects_profile_for_host_engine),
+      cmocka_unit_test(device_names_pick_their_own_profile),
       cmocka_unit_test(roofline_dense_w4a16_counts_bytes_and_flops),
       cmocka_unit_test(roofline_moe_counts_only_active_experts),
   };

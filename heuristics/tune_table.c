@@ -31,21 +31,11 @@ hm_status hm_tune_identity_for_engine(hm_engine *engine, hm_tune_identity *out) 
   return HM_OK;
 }
 
-static const char *type_tag(hm_gemm_type t) {
-  switch (t) {
-  case HM_GEMM_DENSE: return "dense";
-  case HM_GEMM_INDEXED: return "idx";
-  case HM_GEMM_GROUPED_CONTIGUOUS: return "gcont";
-  case HM_GEMM_GROUPED_MASKED: return "gmask";
-  }
-  return "bad";
-}
-
 void hm_tune_layer_key(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_layer_part *l = &cfg->layer;
   char group[16];
   snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
-  snprintf(buf, len, "%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_sm%d", type_tag(cfg->compute.type),
+  snprintf(buf, len, "%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_sm%d", hm_gemm_type_tag(cfg->compute.type),
            hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, hm_dtype_name(l->act), hm_dtype_name(l->out),
            l->bias ? "_b" : "", l->global_scale ? "_gs" : "", (long long)l->n, (long long)l->k,
            (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", cfg->arch);

@@ -126,7 +126,7 @@ hm_status hm_gemm_config_check(const hm_gemm_config *cfg) {
   return check_tuning(cfg);
 }
 
-static const char *gemm_type_tag(hm_gemm_type t) {
+const char *hm_gemm_type_tag(hm_gemm_type t) {
   switch (t) {
   case HM_GEMM_DENSE: return "dense";
   case HM_GEMM_INDEXED: return "idx";
@@ -142,7 +142,7 @@ void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
   char group[16];
   snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
   snprintf(buf, len, "hm_gemm_%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d",
-           gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group,
+           hm_gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group,
            hm_dtype_name(l->act), hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "",
            (long long)l->n, (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", t->bm,
            t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",

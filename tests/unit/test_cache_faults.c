@@ -22,23 +22,12 @@
 #include "kernels/nvrtc.h"
 #include "test_jit_util.h"
 
-static char cache_dir[256];
 static tj_axpy kernel;
 static hm_cubin reference;
 
-static int fresh(void **state) {
-  (void)state;
-  tj_fresh_cache(cache_dir, sizeof(cache_dir));
-  return 0;
-}
-
 static int cleanup(void **state) {
-  (void)state;
   hm_cache_file_set_ops(NULL);
-  hm_shutdown();
-  tj_remove_tree(cache_dir);
-  cache_dir[0] = '\0';
-  return 0;
+  return tj_teardown(state);
 }
 
 /* Gets the kernel and checks it is the reference image; returns it. */
@@ -59,7 +48,7 @@ static void expect_stats(uint64_t compiled, uint64_t disk_hits, uint64_t broken)
 }
 
 static void entry_file(const char *file, char *out) {
-  tj_entry_file(cache_dir, reference.key, file, out, PATH_MAX);
+  tj_entry_file(tj_cache_dir, reference.key, file, out, PATH_MAX);
 }
 
 static void rewrite_file(const char *file, const void *data, size_t size) {
@@ -133,7 +122,7 @@ static void damage_foreign_entry(void) {
   char from[PATH_MAX], to[PATH_MAX];
   const char *files[] = {"kernel.cubin", "checksum"};
   for (int i = 0; i < 2; i++) {
-    tj_entry_file(cache_dir, c->key, files[i], from, sizeof(from));
+    tj_entry_file(tj_cache_dir, c->key, files[i], from, sizeof(from));
     entry_file(files[i], to);
     assert_int_equal(rename(from, to), 0);
   }
@@ -234,7 +223,7 @@ static void torn_cubin_write_is_detected(void **state) {
 static void unwritable_cache_dir_warns_once(void **state) {
   (void)state;
   char file[PATH_MAX], bad[PATH_MAX + 8];
-  snprintf(file, sizeof(file), "%s/a-file", cache_dir);
+  snprintf(file, sizeof(file), "%s/a-file", tj_cache_dir);
   FILE *f = fopen(file, "w");
   assert_non_null(f);
   fclose(f);
@@ -252,7 +241,7 @@ static void unwritable_cache_dir_warns_once(void **state) {
   hm_log_set(NULL, NULL);
   assert_int_equal(warnings, 1);
   expect_stats(2, 0, 0);
-  setenv("HUMMING_CACHE_DIR", cache_dir, 1);
+  setenv("HUMMING_CACHE_DIR", tj_cache_dir, 1);
 }
 
 /* --- a child process that stops at a chosen point and is SIGKILLed there --- */
@@ -319,7 +308,7 @@ static void kill_child_at(const char *mode) {
 
 static void assert_lock_free(void) {
   char path[PATH_MAX];
-  snprintf(path, sizeof(path), "%s/kernels/%.2s/%s.lock", cache_dir, reference.key, reference.key);
+  snprintf(path, sizeof(path), "%s/kernels/%.2s/%s.lock", tj_cache_dir, reference.key, reference.key);
   int fd = open(path, O_RDWR);
   assert_true(fd >= 0);                              /* the child took it... */
   assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0); /* ...and its death released it */
@@ -349,7 +338,7 @@ static void killed_while_writing_the_cubin(void **state) {
   size_t size;
   free(read_file("checksum", &size));
   char cmd[PATH_MAX + 64];
-  snprintf(cmd, sizeof(cmd), "ls -a %s/kernels/*/*/ | grep -c tmp", cache_dir);
+  snprintf(cmd, sizeof(cmd), "ls -a %s/kernels/*/*/ | grep -c tmp", tj_cache_dir);
   FILE *p = popen(cmd, "r");
   int stale = -1;
   assert_int_equal(fscanf(p, "%d", &stale), 1);
@@ -376,13 +365,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(damaged_entries_are_recompiled, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(failed_writes_keep_kernels_in_memory, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(torn_cubin_write_is_detected, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(unwritable_cache_dir_warns_once, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(killed_while_compiling, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(killed_while_writing_the_cubin, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(killed_before_the_checksum, fresh, cleanup),
+      cmocka_unit_test_setup_teardown(damaged_entries_are_recompiled, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(failed_writes_keep_kernels_in_memory, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(torn_cubin_write_is_detected, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(unwritable_cache_dir_warns_once, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(killed_while_compiling, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(killed_while_writing_the_cubin, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(killed_before_the_checksum, tj_setup, cleanup),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   hm_jit_cubin_free(&reference);

@@ -12,22 +12,6 @@
 #include "kernels/threadpool.h"
 #include "test_jit_util.h"
 
-static char cache_dir[256];
-
-static int fresh(void **state) {
-  (void)state;
-  tj_fresh_cache(cache_dir, sizeof(cache_dir));
-  return 0;
-}
-
-static int cleanup(void **state) {
-  (void)state;
-  hm_shutdown();
-  tj_remove_tree(cache_dir);
-  cache_dir[0] = '\0';
-  return 0;
-}
-
 struct tally {
   atomic_int hits[1000];
   atomic_int threads_seen;
@@ -117,8 +101,8 @@ static void failing_item_fails_the_batch_only_for_itself(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(parallel_for_runs_each_index_once),
-      cmocka_unit_test_setup_teardown(batch_compiles_each_distinct_kernel_once, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(failing_item_fails_the_batch_only_for_itself, fresh, cleanup),
+      cmocka_unit_test_setup_teardown(batch_compiles_each_distinct_kernel_once, tj_setup, tj_teardown),
+      cmocka_unit_test_setup_teardown(failing_item_fails_the_batch_only_for_itself, tj_setup, tj_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,23 +12,9 @@
 #include "kernels/nvrtc.h"
 #include "test_jit_util.h"
 
-static char cache_dir[256];
-
-static int fresh(void **state) {
-  (void)state;
-  unsetenv("HUMMING_COMPILER");
-  tj_fresh_cache(cache_dir, sizeof(cache_dir));
-  return 0;
-}
-
 static int cleanup(void **state) {
-  (void)state;
   hm_nvrtc_restore();
-  unsetenv("HUMMING_COMPILER");
-  hm_shutdown();
-  tj_remove_tree(cache_dir);
-  cache_dir[0] = '\0';
-  return 0;
+  return tj_teardown(state);
 }
 
 static void compile_error_names_kernel_and_log(void **state) {
@@ -47,7 +33,7 @@ static void compile_error_names_kernel_and_log(void **state) {
   assert_non_null(log);
   char path[PATH_MAX];
   assert_int_equal(sscanf(log + 5, "%4095s", path), 1);
-  assert_non_null(strstr(path, cache_dir)); /* kept in the entry, beside its source */
+  assert_non_null(strstr(path, tj_cache_dir)); /* kept in the entry, beside its source */
   FILE *f = fopen(path, "r");
   assert_non_null(f);
   char text[4096] = "";
@@ -134,10 +120,10 @@ static void unknown_compiler_is_refused(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(compile_error_names_kernel_and_log, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(injected_nvrtc_failure, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(bad_sources_are_refused, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(unknown_compiler_is_refused, fresh, cleanup),
+      cmocka_unit_test_setup_teardown(compile_error_names_kernel_and_log, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(injected_nvrtc_failure, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(bad_sources_are_refused, tj_setup, cleanup),
+      cmocka_unit_test_setup_teardown(unknown_compiler_is_refused, tj_setup, cleanup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

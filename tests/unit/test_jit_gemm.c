@@ -13,22 +13,6 @@
 #include "kernels/jit_model.h"
 #include "test_jit_util.h"
 
-static char cache_dir[256];
-
-static int fresh(void **state) {
-  (void)state;
-  tj_fresh_cache(cache_dir, sizeof(cache_dir));
-  return 0;
-}
-
-static int cleanup(void **state) {
-  (void)state;
-  hm_shutdown();
-  tj_remove_tree(cache_dir);
-  cache_dir[0] = '\0';
-  return 0;
-}
-
 static void gemm_compiles_for_sm80_sm89_sm90a(void **state) {
   (void)state;
   const struct {
@@ -100,7 +84,7 @@ static void model_kernel_list_covers_every_gemm(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(gemm_compiles_for_sm80_sm89_sm90a, fresh, cleanup),
+      cmocka_unit_test_setup_teardown(gemm_compiles_for_sm80_sm89_sm90a, tj_setup, tj_teardown),
       cmocka_unit_test(model_kernel_list_covers_every_gemm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,24 +12,6 @@
 #include "params.h"
 #include "test_jit_util.h"
 
-static char cache_dir[256];
-
-static int fresh(void **state) {
-  (void)state;
-  unsetenv("HUMMING_COMPILER");
-  tj_fresh_cache(cache_dir, sizeof(cache_dir));
-  return 0;
-}
-
-static int cleanup(void **state) {
-  (void)state;
-  unsetenv("HUMMING_COMPILER");
-  hm_shutdown();
-  tj_remove_tree(cache_dir);
-  cache_dir[0] = '\0';
-  return 0;
-}
-
 static void use_nvcc(void) {
   setenv("HUMMING_COMPILER", "nvcc", 1);
   hm_shutdown();
@@ -58,7 +40,7 @@ static void nvcc_compiles_with_its_own_key(void **state) {
   printf("# nvcc: %zu bytes in %.3f s\n", c->size, c->seconds);
 
   char path[PATH_MAX], line[1024] = "";
-  tj_entry_file(cache_dir, c->key, "options.txt", path, sizeof(path));
+  tj_entry_file(tj_cache_dir, c->key, "options.txt", path, sizeof(path));
   FILE *f = fopen(path, "r");
   assert_non_null(f);
   assert_non_null(fgets(line, sizeof(line), f));
@@ -97,9 +79,9 @@ static void missing_nvcc_is_unsupported(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(nvcc_compiles_with_its_own_key, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(nvcc_error_names_kernel_and_log, fresh, cleanup),
-      cmocka_unit_test_setup_teardown(missing_nvcc_is_unsupported, fresh, cleanup),
+      cmocka_unit_test_setup_teardown(nvcc_compiles_with_its_own_key, tj_setup, tj_teardown),
+      cmocka_unit_test_setup_teardown(nvcc_error_names_kernel_and_log, tj_setup, tj_teardown),
+      cmocka_unit_test_setup_teardown(missing_nvcc_is_unsupported, tj_setup, tj_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

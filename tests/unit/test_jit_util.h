@@ -73,6 +73,27 @@ static inline void tj_fresh_cache(char *dir, size_t len) {
   hm_shutdown();
 }
 
+/* The cache dir of the running test program: made by tj_setup, removed by tj_teardown. */
+static char tj_cache_dir[256];
+
+/* cmocka setup: a fresh cache dir and the default compiler. */
+static inline int tj_setup(void **state) {
+  (void)state;
+  unsetenv("HUMMING_COMPILER");
+  tj_fresh_cache(tj_cache_dir, sizeof(tj_cache_dir));
+  return 0;
+}
+
+/* cmocka teardown: forget the JIT's process state and remove the cache dir. */
+static inline int tj_teardown(void **state) {
+  (void)state;
+  unsetenv("HUMMING_COMPILER");
+  hm_shutdown();
+  tj_remove_tree(tj_cache_dir);
+  tj_cache_dir[0] = '\0';
+  return 0;
+}
+
 /* Path of a file of the entry of key. */
 static inline void tj_entry_file(const char *dir, const char *key, const char *file, char *out, size_t len) {
   snprintf(out, len, "%s/kernels/%.2s/%s/%s", dir, key, key, file);

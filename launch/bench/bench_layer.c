@@ -16,6 +16,7 @@
 #include "bench/bench_moe.h"
 #include "bench/bench_torch.h"
 #include "check.h"
+#include "cuda_driver.h"
 
 enum {
   COL_M,
@@ -219,6 +220,31 @@ static void layer_header(hm_bench *b, const hm_moe_config *c) {
                    hm_bench_moe_act_approximated(&b->o.model) ? "; swiglu-oai timed as silu*up" : "");
 }
 
+/*
+ * Grouped-masked holds [E, max_m, .] buffers with max_m = T (any expert may receive every
+ * token): E x T rows of x, gate_up output, activation and down output. Sizes whose rows
+ * would take more than a quarter of the GPU are dropped, and the header says which, rather
+ * than failing the whole run on the reservation of the largest one.
+ */
+static void drop_masked_sizes_that_do_not_fit(hm_bench *b) {
+  if (!b->cuda || strcmp(b->o.layout_name, "masked") != 0) return;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (hm_cu.cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) return;
+  const hm_model_preset *m = &b->o.model;
+  double row_bytes = 2.0 * (2.0 * (double)m->hidden + 3.0 * (double)m->moe_intermediate);
+  int kept = 0;
+  for (int i = 0; i < b->o.m.count; i++) {
+    double need = (double)m->experts * (double)b->o.m.v[i] * row_bytes;
+    if (need <= (double)total_bytes / 4) {
+      b->o.m.v[kept++] = b->o.m.v[i];
+      continue;
+    }
+    hm_report_header(b->report, "layer: masked M=%lld skipped: E x M rows need %.1f GB (limit a quarter of %.0f GB)",
+                     (long long)b->o.m.v[i], need / 1e9, (double)total_bytes / 1e9);
+  }
+  b->o.m.count = kept;
+}
+
 int hm_bench_layer(hm_bench *b) {
   struct layer_bench lb = {.b = b};
   bool torch = strcmp(b->o.baseline_name, "torch") == 0;
@@ -226,6 +252,7 @@ int hm_bench_layer(hm_bench *b) {
   layer_cols[COL_VS_TORCH].width = torch ? 8 : 0;
   hm_status st = hm_bench_open_report(b, "layer", layer_cols, COL_COUNT);
   if (st != HM_OK) return hm_bench_fail(b, "report", st);
+  drop_masked_sizes_that_do_not_fit(b);
   st = layer_setup(&lb);
   if (st == HM_OK && torch) lb.torch_us = hm_bench_torch_layer(b);
   if (st == HM_OK) layer_header(b, &lb.v[0].config);

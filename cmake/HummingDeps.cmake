@@ -23,6 +23,14 @@ if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::nvrtc)
           "apt-get install nvidia-cuda-toolkit, or NVIDIA's cuda-toolkit-13-0, or set CUDAToolkit_ROOT")
 endif()
 
+# NVRTC by its library file: CMake's CUDA::nvrtc target also links the driver stub
+# (libcuda.so), which would make every binary need libcuda.so.1 wherever the linker does
+# not drop unused libraries (sanitizer builds do not); the driver is dlopened instead.
+find_library(HM_NVRTC_LIBRARY nvrtc HINTS ${CUDAToolkit_LIBRARY_DIR} NO_DEFAULT_PATH)
+if(NOT HM_NVRTC_LIBRARY)
+  message(FATAL_ERROR "libnvrtc not found in ${CUDAToolkit_LIBRARY_DIR}: install the CUDA toolkit's NVRTC")
+endif()
+
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
 if(NOT NCCL_INCLUDE_DIR)
   message(FATAL_ERROR "nccl.h not found: apt-get install libnccl-dev")
@@ -47,6 +55,6 @@ add_library(hm_deps INTERFACE)
 add_library(hm::deps ALIAS hm_deps)
 # The driver (libcuda) and NCCL are opened with dlopen; only their headers are used here.
 target_include_directories(hm_deps INTERFACE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
-target_link_libraries(hm_deps INTERFACE CUDA::nvrtc MPI::MPI_C OpenSSL::Crypto PkgConfig::HWLOC
+target_link_libraries(hm_deps INTERFACE ${HM_NVRTC_LIBRARY} MPI::MPI_C OpenSSL::Crypto PkgConfig::HWLOC
                       PkgConfig::JANSSON Threads::Threads ${CMAKE_DL_LIBS} m)
 set(HM_CUDA_HOME ${CUDAToolkit_LIBRARY_ROOT})

@@ -23,8 +23,8 @@ if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::nvrtc)
           "apt-get install nvidia-cuda-toolkit, or NVIDIA's cuda-toolkit-13-0, or set CUDAToolkit_ROOT")
 endif()
 
-# NVRTC by its library file: CMake's CUDA::nvrtc target also links the driver stub
-# (libcuda.so), which would make every binary need libcuda.so.1 wherever the linker does
+# NVRTC by its library file: CMake's CUDA::nvrtc target also links the toolkit's placeholder
+# libcuda.so, which would make every binary need libcuda.so.1 wherever the linker does
 # not drop unused libraries (sanitizer builds do not); the driver is dlopened instead.
 find_library(HM_NVRTC_LIBRARY nvrtc HINTS ${CUDAToolkit_LIBRARY_DIR} NO_DEFAULT_PATH)
 if(NOT HM_NVRTC_LIBRARY)

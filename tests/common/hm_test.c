@@ -78,3 +78,19 @@ hm_engine *hm_test_cuda_engine_or_skip(void) {
   }
   return e;
 }
+
+hm_engine *hm_test_mpi_host_engine(int *argc, char ***argv, hm_comm_world *world) {
+  if (hm_comm_mpi_init(argc, argv, world) != HM_OK) {
+    fprintf(stderr, "FAIL: %s\n", hm_last_error());
+    return NULL;
+  }
+  hm_engine_config cfg = HM_ENGINE_CONFIG_INIT;
+  cfg.backend = HM_BACKEND_HOST;
+  cfg.rank = world->rank;
+  hm_engine *e = NULL;
+  if (hm_engine_create(&cfg, &e) != HM_OK) {
+    fprintf(stderr, "FAIL: rank %d engine: %s\n", world->rank, hm_last_error());
+    return NULL;
+  }
+  return e;
+}

@@ -49,4 +49,10 @@ hm_engine *hm_test_host_engine(void);
  */
 hm_engine *hm_test_cuda_engine_or_skip(void);
 
+/*
+ * Start of a multi-rank test program: MPI (through hm_comm_mpi_init) and a host engine
+ * tagged with the rank. NULL after printing "FAIL: ..."; main() then returns 1.
+ */
+hm_engine *hm_test_mpi_host_engine(int *argc, char ***argv, hm_comm_world *world);
+
 #endif

@@ -116,17 +116,8 @@ static void masked_overflow_on_every_rank(void **state) {
 }
 
 int main(int argc, char **argv) {
-  if (hm_comm_mpi_init(&argc, &argv, &world) != HM_OK) {
-    fprintf(stderr, "FAIL: %s\n", hm_last_error());
-    return 1;
-  }
-  hm_engine_config cfg = HM_ENGINE_CONFIG_INIT;
-  cfg.backend = HM_BACKEND_HOST;
-  cfg.rank = world.rank;
-  if (hm_engine_create(&cfg, &engine) != HM_OK) {
-    fprintf(stderr, "FAIL: rank %d engine: %s\n", world.rank, hm_last_error());
-    return 1;
-  }
+  engine = hm_test_mpi_host_engine(&argc, &argv, &world);
+  if (engine == NULL) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_rank_wrong),
       cmocka_unit_test(one_rank_differs),

@@ -144,15 +144,10 @@ static void layer_matches_single_rank(void **state) {
 }
 
 int main(int argc, char **argv) {
-  if (hm_comm_mpi_init(&argc, &argv, &world) != HM_OK) {
-    fprintf(stderr, "FAIL: %s\n", hm_last_error());
-    return 1;
-  }
-  hm_engine_config ecfg = HM_ENGINE_CONFIG_INIT;
-  ecfg.backend = HM_BACKEND_HOST;
-  ecfg.rank = world.rank;
-  if (hm_engine_create(&ecfg, &engine) != HM_OK || hm_stream_create(engine, &stream) != HM_OK) {
-    fprintf(stderr, "FAIL: rank %d engine: %s\n", world.rank, hm_last_error());
+  engine = hm_test_mpi_host_engine(&argc, &argv, &world);
+  if (engine == NULL) return 1;
+  if (hm_stream_create(engine, &stream) != HM_OK) {
+    fprintf(stderr, "FAIL: rank %d stream: %s\n", world.rank, hm_last_error());
     return 1;
   }
   hm_rng rng;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_wgmma.h"
 
 int hm_gemm_weight_bits(hm_dtype weight) {
   switch (weight) {
@@ -90,16 +91,31 @@ static hm_status check_layer(const hm_gemm_config *cfg) {
   return HM_OK;
 }
 
-static hm_status check_tuning(const hm_gemm_config *cfg) {
+/* The warp tiles of the mma.sync kernel (the wgmma kernel's are in gemm_config_wgmma.c). */
+static hm_status check_warp_grid(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  if (t->bm < 16 || t->bm > 256 || t->warps_m < 1 || t->bm % (16 * t->warps_m) != 0)
-    HM_FAIL(HM_INVALID_ARGUMENT, "tile bm=%d must be a multiple of 16*warps_m (warps_m=%d), at most 256", t->bm,
-            t->warps_m);
+  const bool rows_ok = t->bm == 8 ? t->warps_m == 1
+                                  : t->bm >= 16 && t->bm <= 256 && t->warps_m >= 1 && t->bm % (16 * t->warps_m) == 0;
+  if (!rows_ok)
+    HM_FAIL(HM_INVALID_ARGUMENT, "tile bm=%d (warps_m=%d) must be 8 with warps_m=1 (swapped operands) or a multiple "
+            "of 16*warps_m, at most 256", t->bm, t->warps_m);
   if (t->bn < 64 || t->warps_n < 1 || t->bn % (64 * t->warps_n) != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "tile bn=%d must be a multiple of 64*warps_n (warps_n=%d)", t->bn, t->warps_n);
-  if (t->bk != 64 && t->bk != 128 && t->bk != 256) HM_FAIL(HM_INVALID_ARGUMENT, "tile bk=%d must be 64, 128 or 256", t->bk);
   if (t->warps_k < 1 || (t->bk / 16) % t->warps_k != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "warps_k=%d must divide bk/16=%d", t->warps_k, t->bk / 16);
+  if ((hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4)
+    HM_FAIL(HM_INVALID_ARGUMENT, "warp tile %dx%d holds more than 128 accumulators per thread", t->bm / t->warps_m,
+            t->bn / t->warps_n);
+  return HM_OK;
+}
+
+static hm_status check_tuning(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->mma != HM_MMA_SYNC && t->mma != HM_MMA_WGMMA)
+    HM_FAIL(HM_INVALID_ARGUMENT, "mma=%d is neither mma.sync (%d) nor wgmma (%d)", (int)t->mma, HM_MMA_SYNC,
+            HM_MMA_WGMMA);
+  if (t->bk != 64 && t->bk != 128 && t->bk != 256) HM_FAIL(HM_INVALID_ARGUMENT, "tile bk=%d must be 64, 128 or 256", t->bk);
+  HM_CHECK(t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_check(cfg) : check_warp_grid(cfg));
   if (t->stages < 2 || t->stages > 8) HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..8", t->stages);
   if (t->ctas_per_sm < 1 || t->ctas_per_sm > HM_GEMM_MAX_CTAS_PER_SM)
     HM_FAIL(HM_INVALID_ARGUMENT, "ctas_per_sm=%d must be 1..%d", t->ctas_per_sm, HM_GEMM_MAX_CTAS_PER_SM);
@@ -110,10 +126,8 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
     HM_FAIL(HM_INVALID_ARGUMENT, "group %d and bk %d must divide one another", group, t->bk);
   const int threads = hm_gemm_config_threads(cfg);
   if (threads > 1024) HM_FAIL(HM_INVALID_ARGUMENT, "%d threads per CTA (at most 1024)", threads);
-  if (t->bm > threads) HM_FAIL(HM_INVALID_ARGUMENT, "bm=%d rows need as many threads (CTA has %d)", t->bm, threads);
-  if ((t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4)
-    HM_FAIL(HM_INVALID_ARGUMENT, "warp tile %dx%d holds more than 128 accumulators per thread", t->bm / t->warps_m,
-            t->bn / t->warps_n);
+  if (hm_gemm_acc_rows(t) > threads)
+    HM_FAIL(HM_INVALID_ARGUMENT, "bm=%d rows need %d threads (CTA has %d)", t->bm, hm_gemm_acc_rows(t), threads);
   const size_t smem = hm_gemm_config_smem_bytes(cfg), limit = hm_gemm_arch_smem_limit(cfg->arch);
   if (smem > limit)
     HM_FAIL(HM_UNSUPPORTED, "kernel needs %zu bytes of shared memory, sm_%d allows %zu", smem, cfg->arch, limit);
@@ -141,18 +155,20 @@ void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_tuning *t = &cfg->tuning;
   char group[16];
   snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
-  snprintf(buf, len, "hm_gemm_%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d",
+  snprintf(buf, len, "hm_gemm_%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s",
            hm_gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group,
            hm_dtype_name(l->act), hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "",
            (long long)l->n, (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", t->bm,
            t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",
-           t->stream_k ? t->sk_min_iters : 0, t->ctas_per_sm);
+           t->stream_k ? t->sk_min_iters : 0, t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
 }
 
 int hm_gemm_config_threads(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   return 32 * t->warps_m * t->warps_n * t->warps_k;
 }
+
+int hm_gemm_acc_rows(const hm_gemm_tuning *t) { return t->bm == 8 ? 16 : t->bm; }
 
 int64_t hm_gemm_n_tiles(const hm_gemm_config *cfg) {
   const int64_t units = (cfg->layer.n + 63) / 64, per_tile = cfg->tuning.bn / 64;
@@ -166,6 +182,7 @@ int64_t hm_gemm_k_iters(const hm_gemm_config *cfg) {
 
 size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->mma == HM_MMA_WGMMA) return hm_gemm_wgmma_smem_bytes(cfg);
   const int bits = hm_gemm_weight_bits(cfg->layer.weight);
   const bool quant = bits < 16;
   const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 16;
@@ -177,9 +194,10 @@ size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
   stage = (stage + 127) / 128 * 128;
   const size_t pipe = stage * (size_t)t->stages;
   const size_t warps_mn = (size_t)t->warps_m * t->warps_n;
-  const size_t acc_regs = (size_t)(t->bm / t->warps_m / 16) * (size_t)(t->bn / t->warps_n / 64) * 32;
+  const size_t acc_rows = (size_t)hm_gemm_acc_rows(t);
+  const size_t acc_regs = acc_rows / (size_t)t->warps_m / 16 * (size_t)(t->bn / t->warps_n / 64) * 32;
   const size_t red = (size_t)(t->warps_k - 1) * warps_mn * 32 * acc_regs * 4;
   const bool grouped =
       cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
-  return (pipe > red ? pipe : red) + 3 * (size_t)t->bm * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+  return (pipe > red ? pipe : red) + 3 * acc_rows * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
 }

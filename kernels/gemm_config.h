@@ -29,13 +29,21 @@ typedef struct hm_gemm_compute_part {
 
 #define HM_GEMM_MAX_CTAS_PER_SM 4
 
+/* The tensor-core instruction of the mainloop. */
+typedef enum hm_gemm_mma {
+  HM_MMA_SYNC = 0, /* mma.sync m16n8k16, sm_80+ (gemm_kernel.cuh) */
+  HM_MMA_WGMMA = 1 /* wgmma m64nNk16, sm_90a only, weights as A from registers (gemm_wgmma_kernel.cuh) */
+} hm_gemm_mma;
+
 typedef struct hm_gemm_tuning {
-  int bm, bn, bk;                 /* CTA tile; bn a multiple of 64, bk of 64..256 */
+  int bm, bn, bk;                 /* CTA tile; bn a multiple of 64, bk of 64..256; bm = 8 swaps
+                                     the MMA operands (weights as A, tokens as n8) */
   int warps_m, warps_n, warps_k;  /* warp grid; warps_k splits each stage's k16 steps */
   int stages;                     /* cp.async ring depth */
   bool stream_k;                  /* split the last waves' k-iterations over all CTAs */
   int sk_min_iters;               /* fewest k-iterations a Stream-K CTA takes */
   int ctas_per_sm;                /* persistent CTAs per SM */
+  hm_gemm_mma mma;                /* wgmma: warps_n a multiple of 4 (a warpgroup), warps_k 1 */
 } hm_gemm_tuning;
 
 typedef struct hm_gemm_config {
@@ -56,6 +64,8 @@ void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len);
 
 /* Derived sizes (mirrors kernels/gemm_traits.cuh). */
 int hm_gemm_config_threads(const hm_gemm_config *cfg);
+/* Rows of a tile's row maps and accumulators: 16 for the swapped 8-row tile, else bm. */
+int hm_gemm_acc_rows(const hm_gemm_tuning *t);
 size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg);
 /* Bits per weight code: 1..8, or 16 for unquantized weights. */
 int hm_gemm_weight_bits(hm_dtype weight);

@@ -36,7 +36,7 @@ __device__ __forceinline__ void hm_reduce_warps_k(unsigned char *smem, int wmn, 
 template <class C>
 __device__ __forceinline__ float4 *hm_partial_slot(const hm_gemm_params &p, int slot, int wmn, int lane) {
   using T = hm_gemm_traits<C>;
-  return (float4 *)(p.partials + (long long)slot * C::bm * C::bn) + wmn * (T::acc_regs / 4) * 32 + lane;
+  return (float4 *)(p.partials + (long long)slot * T::map_rows * C::bn) + wmn * (T::acc_regs / 4) * 32 + lane;
 }
 
 template <class C>

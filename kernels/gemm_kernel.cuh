@@ -59,9 +59,9 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
   extern __shared__ __align__(128) unsigned char hm_smem[];
   hm_gemm_smem_maps maps;
   maps.a_row = (int *)(hm_smem + T::pipe_or_red);
-  maps.c_row = maps.a_row + C::bm;
-  maps.row_scale = (float *)(maps.c_row + C::bm);
-  maps.flag = (int *)(maps.row_scale + C::bm);
+  maps.c_row = maps.a_row + T::map_rows;
+  maps.row_scale = (float *)(maps.c_row + T::map_rows);
+  maps.flag = (int *)(maps.row_scale + T::map_rows);
   maps.prefix = maps.flag + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wmn = warp % T::warps_mn, wk = warp / T::warps_mn;

@@ -17,7 +17,7 @@ static size_t counters_bytes(int sm_count) {
 size_t hm_gemm_workspace_bytes(const hm_gemm_config *cfg, int sm_count) {
   const int ctas = sm_count * cfg->tuning.ctas_per_sm;
   if (!cfg->tuning.stream_k) return 0;
-  return counters_bytes(sm_count) + (size_t)2 * ctas * cfg->tuning.bm * cfg->tuning.bn * sizeof(float);
+  return counters_bytes(sm_count) + (size_t)2 * ctas * hm_gemm_acc_rows(&cfg->tuning) * cfg->tuning.bn * sizeof(float);
 }
 
 /* An upper bound of the launch's m-tiles known on the host. */

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The mainloop shared by every GEMM type: a ring of `stages` shared-memory stages filled
 // with cp.async (A tile swizzled for ldmatrix, weight units, scales, zero points), and
-// per k16 step: ldmatrix A, dequantize B in registers, mma.sync.
+// per k16 step: ldmatrix A, dequantize B in registers, mma.sync (operands swapped for
+// 8-row tiles, gemm_swap.cuh).
 #pragma once
 
 #include "gemm_sched.cuh"
+#include "gemm_swap.cuh"
 #include "hm_cp_async.cuh"
 #include "hm_mma.cuh"
 
@@ -42,9 +44,9 @@ __device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsig
 }
 
 // Weight units of the tile's columns for k-tile kt; each column of units is contiguous.
-template <class C>
+// T: the kernel's traits (sizes, offsets, threads), so that the wgmma kernel shares this.
+template <class C, class T = hm_gemm_traits<C>>
 __device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st) {
-  using T = hm_gemm_traits<C>;
   constexpr int unit_chunks = T::unit_bytes / 16;
   constexpr int col_chunks = T::steps * unit_chunks;
   constexpr int total = T::bn_units * col_chunks;
@@ -64,10 +66,9 @@ __device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile
 }
 
 // Scales (128 bytes) or zero points (64 bytes) per group and unit column.
-template <class C, int BYTES>
+template <class C, int BYTES, class T = hm_gemm_traits<C>>
 __device__ __forceinline__ void hm_load_group_data(const unsigned char *src, const hm_tile &tile, int kt,
                                                    unsigned char *dst) {
-  using T = hm_gemm_traits<C>;
   constexpr int chunks = BYTES / 16;
   constexpr int total = T::stage_groups * T::bn_units * chunks;
   const int g0 = C::group == 0 ? 0 : kt * C::bk / C::group;
@@ -97,31 +98,14 @@ __device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_
 // One weight unit: dequantized B fragments of the eight n8 blocks, MMAs for all m16 rows.
 template <class C>
 __device__ __forceinline__ void hm_unit_mma(const unsigned char *st, int unit_col, int s, int lane,
-                                            const hm_u32 (&af)[hm_gemm_traits<C>::mi][4], float (&acc)[hm_gemm_traits<C>::mi][8][4]) {
+                                            const hm_u32 (&af)[hm_gemm_traits<C>::mi][4], const hm_group_vals &g,
+                                            float (&acc)[hm_gemm_traits<C>::mi][8][4]) {
   using T = hm_gemm_traits<C>;
-  using D = hm_dq<T::bf16, C::bits>;
   hm_u32 w[C::bits];
   hm_load_lane_words<C::bits>(w, st + T::b_off + (unit_col * T::steps + s) * T::unit_bytes, lane);
-  hm_u32 sc[4] = {0, 0, 0, 0}, zr[2] = {0, 0};
-  if constexpr (T::quant) {
-    const int gi = T::step_group(s);
-    const uint4 v = *(const uint4 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + (lane >> 2) * 16);
-    sc[0] = v.x, sc[1] = v.y, sc[2] = v.z, sc[3] = v.w;
-    if constexpr (T::z_bytes > 0) {
-      const uint2 z = *(const uint2 *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 + (lane >> 2) * 8);
-      zr[0] = z.x, zr[1] = z.y;
-    }
-  }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    hm_u32 b0 = hm_pair_codes<C::bits>(w, 2 * j), b1 = hm_pair_codes<C::bits>(w, 2 * j + 1);
-    if constexpr (T::quant) {
-      const hm_u32 s2 = hm_h2_broadcast(sc[j >> 1], j & 1);
-      const hm_u32 zc = T::z_bytes > 0 ? (zr[j >> 2] >> (8 * (j & 3))) & 0xffu : (hm_u32)C::zero_const;
-      const hm_u32 z2 = D::zero(zc);
-      b0 = D::apply(b0, z2, s2);
-      b1 = D::apply(b1, z2, s2);
-    }
+    const hm_u32 b0 = hm_dq_pair<C>(w, 2 * j, g), b1 = hm_dq_pair<C>(w, 2 * j + 1, g);
 #pragma unroll
     for (int m = 0; m < T::mi; ++m) hm_mma_16816<T::bf16>(acc[m][j], af[m], b0, b1);
   }
@@ -132,17 +116,34 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, int wm
                                                  hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   const unsigned a_base = hm_smem_addr(st);
+  hm_group_vals g[T::nu];
 #pragma unroll
   for (int ss = 0; ss < T::wk_steps; ++ss) {
     const int s = wk * T::wk_steps + ss;
-    hm_u32 af[T::mi][4];
+    // Tiles of several m16 blocks amortize the dequant over their MMAs and are short of
+    // registers: they rebuild the operands per step instead of keeping them live.
+    if constexpr (T::quant) {
+      if (T::mi > 1 || hm_group_starts<C>(ss)) {
 #pragma unroll
-    for (int m = 0; m < T::mi; ++m) {
-      const int r = wm * T::wtm + m * 16 + (lane & 15);
-      hm_ldmatrix_x4(af[m], a_base + hm_a_offset<C>(r, s * 2 + (lane >> 4)));
+        for (int u = 0; u < T::nu; ++u) hm_group_load<C>(st, T::step_group(s), wn * T::nu + u, lane, g[u]);
+      }
     }
+    if constexpr (T::swap_ab) {
+      // The 8 token rows as the n8 operand: matrix 0 holds k 0..7 of the step, matrix 1 k 8..15.
+      hm_u32 bf[2];
+      hm_ldmatrix_x2(bf, a_base + hm_a_offset<C>(lane & 7, s * 2 + ((lane >> 3) & 1)));
 #pragma unroll
-    for (int u = 0; u < T::nu; ++u) hm_unit_mma<C>(st, wn * T::nu + u, s, lane, af, acc[u]);
+      for (int u = 0; u < T::nu; ++u) hm_swap_unit_mma<C>(st, wn * T::nu + u, s, lane, bf, g[u], acc[u][0]);
+    } else {
+      hm_u32 af[T::mi][4];
+#pragma unroll
+      for (int m = 0; m < T::mi; ++m) {
+        const int r = wm * T::wtm + m * 16 + (lane & 15);
+        hm_ldmatrix_x4(af[m], a_base + hm_a_offset<C>(r, s * 2 + (lane >> 4)));
+      }
+#pragma unroll
+      for (int u = 0; u < T::nu; ++u) hm_unit_mma<C>(st, wn * T::nu + u, s, lane, af, g[u], acc[u]);
+    }
   }
 }
 
@@ -167,6 +168,10 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
     if (next < count) hm_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
     hm_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, wk, lane, acc);
+  }
+  if constexpr (T::swap_ab) {
+#pragma unroll
+    for (int u = 0; u < T::nu; ++u) hm_swap_unit_to_std(acc[u][0], lane);
   }
   hm_cp_async_wait<0>();
   __syncthreads();

@@ -52,9 +52,9 @@ __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
 }
 
 // Tile t of the launch (n fastest, so that concurrent tiles share A rows and an expert).
-template <class C>
+// T: the kernel's traits (only n_tiles is read), so that the wgmma kernel shares this.
+template <class C, class T = hm_gemm_traits<C>>
 __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, const int *prefix) {
-  using T = hm_gemm_traits<C>;
   hm_tile tile;
   tile.m_tile = t / T::n_tiles;
   tile.n_tile = t % T::n_tiles;
@@ -77,15 +77,16 @@ __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, co
   return tile;
 }
 
-// Thread r < bm fills row r of the tile's maps: A row, C row (-1: no row), row scale.
-template <class C>
+// Thread r < map_rows fills row r of the tile's maps: A row, C row (-1: no row), row
+// scale. Rows past bm (the swapped tile's 8..15) have none.
+template <class C, class T = hm_gemm_traits<C>>
 __device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_tile &tile, int *a_row, int *c_row,
                                              float *row_scale) {
   const int r = threadIdx.x;
-  if (r >= C::bm) return;
+  if (r >= T::map_rows) return;
   int ar = -1, cr = -1;
   float scale = 1.0f;
-  const int local = tile.row0 + r;
+  const int local = r < C::bm ? tile.row0 + r : 0x7fffffff;  // past every row count
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     if (local < p.m) ar = cr = local;
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {

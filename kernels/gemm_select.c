@@ -2,41 +2,77 @@
 /*
  * Default tuning. Decode (few rows per expert) is pure weight bandwidth: a 16-row tile,
  * 256 columns, the k16 steps of each stage split over two warp groups, four stages,
- * Stream-K over all SMs. More rows per expert move to taller tiles. Batch-invariant
- * configs fix bk and warps_k (which set the summation order) and drop Stream-K.
+ * Stream-K over all SMs. Up to 8 rows per expert, quantized weights take the 8-row tile
+ * with swapped MMA operands, which halves the MMAs a weight unit costs. More rows per
+ * expert move to taller tiles. Batch-invariant configs fix bk and warps_k (which set the
+ * summation order) and drop Stream-K.
  */
 #include "kernels/gemm_select.h"
 
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_wgmma.h"
 
 /* Upper ends of the rows-per-expert classes; the last class is open. */
 static const int64_t row_classes[] = {16, 32, 64};
 #define ROW_CLASS_COUNT ((int)HM_ARRAY_SIZE(row_classes) + 1)
 
+/* The class before the first, up to SWAP_ROWS rows per expert, where it applies. */
+#define SWAP_CLASS (-1)
+#define SWAP_ROWS 8
+
+/*
+ * Dequant is what the swapped tile saves time on beside the MMAs, so unquantized weights
+ * keep the 16-row tile; batch-invariant configs keep one MMA shape for every M.
+ */
+static bool swap_class_applies(const hm_gemm_config *base) {
+  return !base->compute.batch_invariant && hm_gemm_weight_bits(base->layer.weight) < 16;
+}
+
 static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
+  static const hm_gemm_tuning swap_decode = {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC};
+  if (cls == SWAP_CLASS) return swap_decode;
   static const hm_gemm_tuning fast[ROW_CLASS_COUNT] = {
-      {16, 256, 128, 1, 4, 2, 4, true, 4, 1},
-      {32, 256, 128, 1, 4, 2, 4, true, 4, 1},
-      {64, 256, 64, 1, 4, 2, 4, true, 4, 1},
-      {128, 256, 128, 2, 4, 1, 3, true, 4, 1},
+      {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
+      {32, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
+      {64, 256, 64, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
+      {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC},
   };
   static const hm_gemm_tuning invariant_cfg[ROW_CLASS_COUNT] = {
-      {16, 128, 64, 1, 2, 1, 6, false, 0, 2},
-      {32, 128, 64, 1, 2, 1, 6, false, 0, 2},
-      {64, 128, 64, 1, 2, 1, 4, false, 0, 2},
-      {128, 256, 64, 2, 4, 1, 4, false, 0, 1},
+      {16, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC},
+      {32, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC},
+      {64, 128, 64, 1, 2, 1, 4, false, 0, 2, HM_MMA_SYNC},
+      {128, 256, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_SYNC},
   };
   return invariant ? invariant_cfg[cls] : fast[cls];
 }
 
-/* Narrows bn (and warps_n) for layers with few columns. */
+/*
+ * On sm_90, from the (32, 64] rows-per-expert class on, the wgmma kernel: mma.sync tops
+ * out near a third of Hopper's tensor rate. Two warpgroups of 128 columns each; 64 tokens
+ * a tile in the middle class, 128 beyond. Batch-invariant layers stay on mma.sync, the
+ * instruction (and so the summation order) of their small-M kernels.
+ */
+#define WGMMA_FIRST_CLASS 2
+
+static bool wgmma_class_applies(const hm_gemm_config *base) {
+  return !base->compute.batch_invariant && hm_gemm_wgmma_takes(base);
+}
+
+static hm_gemm_tuning wgmma_tuning_for_class(int cls) {
+  static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
+  static const hm_gemm_tuning large = {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA};
+  return cls == ROW_CLASS_COUNT - 1 ? large : mid;
+}
+
+/* Narrows bn (and warps_n) for layers with few columns; a wgmma warpgroup keeps its 4 warps. */
 static void fit_columns(hm_gemm_tuning *t, int64_t n) {
   const int64_t n_pad = (n + 63) / 64 * 64;
+  const int min_warps_n = t->mma == HM_MMA_WGMMA ? 4 : 1;
   while (t->bn > 64 && t->bn / 2 >= n_pad) {
     t->bn /= 2;
-    if (t->warps_n > 1) t->warps_n /= 2;
+    if (t->warps_n > min_warps_n) t->warps_n /= 2;
   }
 }
 
@@ -52,8 +88,9 @@ static hm_status fit_smem(hm_gemm_config *c) {
     if (t->stages > 3) t->stages--;
     else t->ctas_per_sm--;
   }
+  const int min_stages = t->mma == HM_MMA_WGMMA ? 3 : 2;
   for (;;) {
-    while (t->stages > 2 && hm_gemm_config_smem_bytes(c) > limit) t->stages--;
+    while (t->stages > min_stages && hm_gemm_config_smem_bytes(c) > limit) t->stages--;
     const bool can_halve = !c->compute.batch_invariant && t->bk > 64 && (t->bk / 32) % t->warps_k == 0;
     if (hm_gemm_config_smem_bytes(c) <= limit || !can_halve) return HM_OK;
     t->bk /= 2;
@@ -67,6 +104,7 @@ static int64_t effective_experts(const hm_gemm_config *base) {
 
 static int row_class(const hm_gemm_config *base, int64_t valid_m) {
   const int64_t experts = effective_experts(base);
+  if (swap_class_applies(base) && valid_m <= SWAP_ROWS * experts) return SWAP_CLASS;
   for (int i = 0; i < (int)HM_ARRAY_SIZE(row_classes); i++)
     if (valid_m <= row_classes[i] * experts) return i;
   return ROW_CLASS_COUNT - 1;
@@ -75,6 +113,7 @@ static int row_class(const hm_gemm_config *base, int64_t valid_m) {
 static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_config *out) {
   *out = *base;
   out->tuning = tuning_for_class(cls, base->compute.batch_invariant);
+  if (cls >= WGMMA_FIRST_CLASS && wgmma_class_applies(base)) out->tuning = wgmma_tuning_for_class(cls);
   /* Unquantized units are four times wider than 4-bit ones: keep stages affordable. */
   if (hm_gemm_weight_bits(base->layer.weight) == 16) out->tuning.bk = 64;
   fit_columns(&out->tuning, base->layer.n);
@@ -93,11 +132,14 @@ hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out) {
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
   const int64_t experts = effective_experts(base);
-  for (int cls = 0; cls < ROW_CLASS_COUNT; cls++) {
-    HM_CHECK(select_class(base, cls, &out->cfg[cls]));
-    out->m_hi[cls] = cls < (int)HM_ARRAY_SIZE(row_classes) ? row_classes[cls] * experts : INT64_MAX;
+  if (swap_class_applies(base)) {
+    HM_CHECK(select_class(base, SWAP_CLASS, &out->cfg[out->count]));
+    out->m_hi[out->count++] = SWAP_ROWS * experts;
   }
-  out->count = ROW_CLASS_COUNT;
+  for (int cls = 0; cls < ROW_CLASS_COUNT; cls++) {
+    HM_CHECK(select_class(base, cls, &out->cfg[out->count]));
+    out->m_hi[out->count++] = cls < (int)HM_ARRAY_SIZE(row_classes) ? row_classes[cls] * experts : INT64_MAX;
+  }
   return HM_OK;
 }
 

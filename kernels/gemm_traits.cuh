@@ -5,7 +5,9 @@
 //
 // C provides: bits (16 = unquantized), act_bf16, out_bf16, group (0 = per channel),
 // zero_point, zero_const, bias, global_scale, n, k, experts, gemm_type, stream_k,
-// sk_min_iters, bm, bn, bk, warps_m, warps_n, warps_k, stages.
+// sk_min_iters, bm, bn, bk, warps_m, warps_n, warps_k, stages. bm = 8 selects the
+// swapped-operand step (gemm_swap.cuh): its accumulators and row maps span 16 rows, of
+// which rows 8..15 stay empty.
 #pragma once
 
 #include "hm_dequant.cuh"
@@ -18,9 +20,11 @@ struct hm_gemm_traits {
   static constexpr bool quant = C::bits < 16;
   static constexpr int warps_mn = C::warps_m * C::warps_n;
   static constexpr int threads = 32 * warps_mn * C::warps_k;
+  static constexpr bool swap_ab = C::bm == 8;
+  static constexpr int map_rows = swap_ab ? 16 : C::bm;  // rows of the row maps and accumulators
   static constexpr int wtm = C::bm / C::warps_m;  // warp tile rows
   static constexpr int wtn = C::bn / C::warps_n;  // warp tile columns
-  static constexpr int mi = wtm / 16;
+  static constexpr int mi = swap_ab ? 1 : wtm / 16;
   static constexpr int nu = wtn / 64;
   static constexpr int bn_units = C::bn / 64;
   static constexpr int steps = C::bk / 16;
@@ -46,8 +50,8 @@ struct hm_gemm_traits {
   // Accumulators of one thread and the cross-warp K reduction, which reuses the pipeline.
   static constexpr int acc_regs = mi * nu * 32;
   static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
-  // After the pipeline: a_row[bm], c_row[bm], row_scale[bm], flag, prefix[experts].
-  static constexpr int smem_bytes = (pipe_bytes > red_bytes ? pipe_bytes : red_bytes) + 3 * C::bm * 4 + 4 +
+  // After the pipeline: a_row[map_rows], c_row[map_rows], row_scale[map_rows], flag, prefix[experts].
+  static constexpr int smem_bytes = (pipe_bytes > red_bytes ? pipe_bytes : red_bytes) + 3 * map_rows * 4 + 4 +
                                     ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED)
                                          ? C::experts * 4
                                          : 0);
@@ -58,12 +62,13 @@ struct hm_gemm_traits {
     return (C::group == 0 || C::group >= C::bk) ? 0 : (s * 16) / C::group;
   }
 
-  static_assert(C::bm % (16 * C::warps_m) == 0, "bm must split into 16-row warp tiles");
+  static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
+                "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");
   static_assert(C::bn % (64 * C::warps_n) == 0, "bn must split into 64-column warp tiles");
   static_assert(C::bk == 64 || C::bk == 128 || C::bk == 256, "bk must be 64, 128 or 256");
   static_assert(steps % C::warps_k == 0, "warps_k must divide bk/16");
   static_assert(C::stages >= 2, "at least two stages");
-  static_assert(C::bm <= threads, "one thread per tile row fills the row maps");
+  static_assert(map_rows <= threads, "one thread per map row fills the row maps");
   static_assert(C::group == 0 || (C::group % 16 == 0 && (C::group % C::bk == 0 || C::bk % C::group == 0)),
                 "group must be a multiple of 16 that divides or is divided by bk");
 };

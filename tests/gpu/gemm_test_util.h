@@ -150,9 +150,13 @@ static inline double gt_tolerance(const gt_case *c) {
   return (c->act == HM_BF16 || c->out == HM_BF16) ? 1.2e-2 : 3e-3;
 }
 
-/* Runs the layer on device buffers from host_args, C poisoned; downloads C. */
-static inline void gt_device_run(hm_engine *e, hm_layer *l, const hm_gemm_args *host_args, int64_t a_rows, int64_t k,
-                                 int64_t c_rows, int64_t n, int64_t experts, void *c_out) {
+/* What runs the GEMM once its args point at device buffers. */
+typedef void (*gt_run_fn)(void *ctx, const hm_gemm_args *device_args);
+
+/* Runs fn on device buffers from host_args, C poisoned; downloads C. */
+static inline void gt_device_run_with(hm_engine *e, gt_run_fn fn, void *ctx, const hm_gemm_args *host_args,
+                                      int64_t a_rows, int64_t k, int64_t c_rows, int64_t n, int64_t experts,
+                                      void *c_out) {
   hm_gemm_args a = *host_args;
   const size_t meta = (size_t)experts * 4;
   a.a = gt_upload(e, host_args->a, (size_t)(a_rows * k) * 2);
@@ -168,7 +172,7 @@ static inline void gt_device_run(hm_engine *e, hm_layer *l, const hm_gemm_args *
                            host_args->block_m > 0 ? (size_t)((padded + host_args->block_m - 1) / host_args->block_m) * 4 : 0);
   a.num_padded = gt_upload(e, host_args->num_padded, 4);
   a.topk_weights = gt_upload(e, host_args->topk_weights, (size_t)(host_args->m * host_args->top_k) * 4);
-  HM_ASSERT_OK(hm_layer_forward(l, &a, NULL));
+  fn(ctx, &a);
   HM_ASSERT_OK(hm_mem_download(e, c_out, dc, (size_t)(c_rows * n) * 2));
   unsigned char tail[16];
   HM_ASSERT_OK(hm_mem_download(e, tail, (char *)dc + (size_t)(c_rows * n) * 2, 16));
@@ -181,6 +185,16 @@ static inline void gt_device_run(hm_engine *e, hm_layer *l, const hm_gemm_args *
   hm_mem_free(e, (void *)a.expert_ids);
   hm_mem_free(e, (void *)a.num_padded);
   hm_mem_free(e, (void *)a.topk_weights);
+}
+
+static inline void gt_forward(void *layer, const hm_gemm_args *device_args) {
+  HM_ASSERT_OK(hm_layer_forward(layer, device_args, NULL));
+}
+
+/* Runs the layer on device buffers from host_args, C poisoned; downloads C. */
+static inline void gt_device_run(hm_engine *e, hm_layer *l, const hm_gemm_args *host_args, int64_t a_rows, int64_t k,
+                                 int64_t c_rows, int64_t n, int64_t experts, void *c_out) {
+  gt_device_run_with(e, gt_forward, l, host_args, a_rows, k, c_rows, n, experts, c_out);
 }
 
 #endif

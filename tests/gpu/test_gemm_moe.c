@@ -5,7 +5,7 @@
  * expert -1), grouped-contiguous (padded segments) and grouped-masked, with experts
  * that get no tokens, at M = 1, 7, 64, 333 tokens.
  */
-#include "gemm_test_util.h"
+#include "gemm_moe_util.h"
 
 static hm_engine *engine;
 
@@ -17,120 +17,8 @@ static const gt_case cases[] = {
 };
 
 static const int64_t m_list[] = {1, 7, 64, 333};
-#define TOP_K 2
 
-/* Two distinct experts per token; expert 1 never chosen (an expert with 0 tokens). */
-static void route(hm_rng *rng, int64_t m, int64_t experts, int32_t *ids) {
-  for (int64_t t = 0; t < m; t++) {
-    int32_t a, b;
-    do a = (int32_t)(hm_rng_next(rng) % (uint64_t)experts); while (a == 1);
-    do b = (int32_t)(hm_rng_next(rng) % (uint64_t)experts); while (b == 1 || b == a);
-    ids[t * TOP_K] = a;
-    ids[t * TOP_K + 1] = b;
-  }
-}
-
-typedef struct indexed_meta {
-  int32_t *sorted_ids, *expert_ids, num_padded;
-  int64_t max_padded;
-} indexed_meta;
-
-/* sorted_ids per expert padded to block_m with the sentinel; the last block goes to expert -1. */
-static void build_indexed(const int32_t *ids, int64_t m, int64_t experts, int block_m, indexed_meta *x) {
-  const int64_t slots = m * TOP_K;
-  x->max_padded = slots + (experts + 1) * block_m;
-  x->sorted_ids = gt_alloc((size_t)x->max_padded * 4);
-  x->expert_ids = gt_alloc((size_t)(x->max_padded / block_m + 1) * 4);
-  int64_t p = 0;
-  for (int32_t e = 0; e < experts; e++) {
-    const int64_t start = p;
-    for (int64_t s = 0; s < slots; s++)
-      if (ids[s] == e) x->sorted_ids[p++] = (int32_t)s;
-    while (p % block_m) x->sorted_ids[p++] = (int32_t)slots;
-    for (int64_t b = start / block_m; b < p / block_m; b++) x->expert_ids[b] = e;
-  }
-  for (int i = 0; i < block_m; i++) x->sorted_ids[p++] = (int32_t)slots;
-  x->expert_ids[p / block_m - 1] = -1;
-  x->num_padded = (int32_t)p;
-}
-
-static bool check(const gt_case *c, const char *layout, int64_t m, const void *out, const void *ref, int64_t rows) {
-  char what[160];
-  snprintf(what, sizeof(what), "%s %s", c->name, layout);
-  const double err = gt_compare(out, ref, rows * c->n, c->out, c->n, what);
-  const bool ok = err <= gt_tolerance(c);
-  printf("%-48s M=%-4lld rel_err %.2e %s\n", what, (long long)m, err, ok ? "ok" : "FAIL");
-  return ok;
-}
-
-static bool run_indexed(hm_rng *rng, const gt_case *c, const gt_layer_data *d, hm_layer *l, int64_t m, bool down) {
-  int32_t *ids = gt_alloc((size_t)(m * TOP_K) * 4);
-  route(rng, m, c->experts, ids);
-  indexed_meta x;
-  const int block_m = hm_layer_block_m(l, m * TOP_K);
-  build_indexed(ids, m, c->experts, block_m, &x);
-  const int64_t a_rows = down ? m * TOP_K : m, c_rows = m * TOP_K;
-  void *a = gt_random(rng, c->act, a_rows * c->k, 1.0f);
-  float *topk_w = NULL;
-  if (down) {
-    topk_w = gt_alloc((size_t)c_rows * 4);
-    hm_rng_fill_uniform(rng, topk_w, (size_t)c_rows, 0.0f, 1.0f);
-  }
-  hm_gemm_args args = {.type = HM_GEMM_INDEXED, .m = m, .a = a, .sorted_ids = x.sorted_ids,
-                       .expert_ids = x.expert_ids, .num_padded = &x.num_padded, .max_padded = x.max_padded,
-                       .block_m = block_m, .top_k = TOP_K, .a_rows_per_token = down ? 1 : TOP_K,
-                       .topk_weights = topk_w};
-  void *out = gt_alloc((size_t)(c_rows * c->n) * 2), *ref = gt_alloc((size_t)(c_rows * c->n) * 2);
-  gt_reference(c, d, &args, c_rows, ref);
-  gt_device_run(engine, l, &args, a_rows, c->k, c_rows, c->n, c->experts, out);
-  const bool ok = check(c, down ? "indexed-down+topk_w" : "indexed-gate_up", m, out, ref, c_rows);
-  free(ids), free(x.sorted_ids), free(x.expert_ids), free(a), free(topk_w), free(out), free(ref);
-  return ok;
-}
-
-/* Segments in expert order, each padded by 0..5 unused rows. */
-static bool run_contiguous(hm_rng *rng, const gt_case *c, const gt_layer_data *d, hm_layer *l, int64_t m) {
-  int32_t *ids = gt_alloc((size_t)(m * TOP_K) * 4);
-  route(rng, m, c->experts, ids);
-  int32_t *off = gt_alloc((size_t)(c->experts + 1) * 4), *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t rows = 0;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * TOP_K; s++) cnt[e] += ids[s] == e;
-    off[e] = (int32_t)rows;
-    rows += cnt[e] + (int64_t)(hm_rng_next(rng) % 6);
-  }
-  off[c->experts] = (int32_t)rows;
-  void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
-  hm_gemm_args args = {.type = HM_GEMM_GROUPED_CONTIGUOUS, .m = rows, .a = a, .expert_offsets = off,
-                       .expert_counts = cnt};
-  void *out = gt_alloc((size_t)(rows * c->n) * 2), *ref = gt_alloc((size_t)(rows * c->n) * 2);
-  gt_reference(c, d, &args, rows, ref);
-  gt_device_run(engine, l, &args, rows, c->k, rows, c->n, c->experts, out);
-  const bool ok = check(c, "grouped-contiguous", m, out, ref, rows);
-  free(ids), free(off), free(cnt), free(a), free(out), free(ref);
-  return ok;
-}
-
-static bool run_masked(hm_rng *rng, const gt_case *c, const gt_layer_data *d, hm_layer *l, int64_t m) {
-  int32_t *ids = gt_alloc((size_t)(m * TOP_K) * 4);
-  route(rng, m, c->experts, ids);
-  int32_t *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t max_m = 1;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * TOP_K; s++) cnt[e] += ids[s] == e;
-    if (cnt[e] > max_m) max_m = cnt[e];
-  }
-  max_m += 3; /* rows past a count stay unwritten */
-  const int64_t rows = c->experts * max_m;
-  void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
-  hm_gemm_args args = {.type = HM_GEMM_GROUPED_MASKED, .m = max_m, .a = a, .expert_counts = cnt};
-  void *out = gt_alloc((size_t)(rows * c->n) * 2), *ref = gt_alloc((size_t)(rows * c->n) * 2);
-  gt_reference(c, d, &args, rows, ref);
-  gt_device_run(engine, l, &args, rows, c->k, rows, c->n, c->experts, out);
-  const bool ok = check(c, "grouped-masked", m, out, ref, rows);
-  free(ids), free(cnt), free(a), free(out), free(ref);
-  return ok;
-}
+static int layer_block_m(void *layer, int64_t valid_m) { return hm_layer_block_m(layer, valid_m); }
 
 static void moe_layouts_match_reference(void **state) {
   (void)state;
@@ -142,11 +30,12 @@ static void moe_layouts_match_reference(void **state) {
     gt_layer_data d;
     gt_layer_data_make(&rng, c, &d);
     hm_layer *l = gt_layer_make(engine, c, &d);
+    const gt_moe_runner r = {engine, gt_forward, l, layer_block_m};
     for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
-      failed += !run_indexed(&rng, c, &d, l, m_list[j], false);
-      failed += !run_indexed(&rng, c, &d, l, m_list[j], true);
-      failed += !run_contiguous(&rng, c, &d, l, m_list[j]);
-      failed += !run_masked(&rng, c, &d, l, m_list[j]);
+      failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], false);
+      failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], true);
+      failed += !gt_moe_contiguous(&r, &rng, c, &d, m_list[j]);
+      failed += !gt_moe_masked(&r, &rng, c, &d, m_list[j]);
     }
     hm_layer_destroy(l);
     gt_layer_data_free(&d);

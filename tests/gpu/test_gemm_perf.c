@@ -4,8 +4,12 @@
  * the measured copy bandwidth: CUDA-event medians, one table. Each rep reads another
  * copy of the weights (cold in L2, and no dirty L2 lines from a memset flush to write
  * back). Checks rows of one M against the reference first, so a wrong kernel fails.
+ * Then the swapped-operand decode kernels against the 16-row one at M = 1, 4, 8, 16, and
+ * the wgmma kernels against mma.sync at M = 256 .. 16384.
  */
 #include "gemm_test_util.h"
+#include "kernels/gemm_gen.h"
+#include "layer_internal.h"
 
 static hm_engine *engine;
 static hm_stream *stream;
@@ -17,15 +21,18 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median of REPS timed forwards, rotating over COPIES layers of the same weights. */
-static float time_forward(hm_layer **l, const hm_gemm_args *args) {
+/* One GEMM on `stream` reading weight copy `copy` (0..COPIES-1). */
+typedef void (*timed_fn)(void *ctx, int copy);
+
+/* Median of REPS timed calls after three warm-up ones, rotating over the COPIES. */
+static float time_median(timed_fn fn, void *ctx) {
   hm_event *t0, *t1;
   HM_ASSERT_OK(hm_event_create(engine, &t0));
   HM_ASSERT_OK(hm_event_create(engine, &t1));
   float ms[REPS];
   for (int i = -3; i < REPS; i++) {
     HM_ASSERT_OK(hm_event_record(t0, stream));
-    HM_ASSERT_OK(hm_layer_forward(l[(i + 3) % COPIES], args, stream));
+    fn(ctx, (i + 3) % COPIES);
     HM_ASSERT_OK(hm_event_record(t1, stream));
     float t;
     HM_ASSERT_OK(hm_event_elapsed_ms(t0, t1, &t));
@@ -35,6 +42,22 @@ static float time_forward(hm_layer **l, const hm_gemm_args *args) {
   hm_event_destroy(t1);
   qsort(ms, REPS, sizeof(float), cmp_float);
   return ms[REPS / 2];
+}
+
+typedef struct forward_ctx {
+  hm_layer **l;
+  const hm_gemm_args *args;
+} forward_ctx;
+
+static void timed_forward(void *ctx, int copy) {
+  const forward_ctx *f = ctx;
+  HM_ASSERT_OK(hm_layer_forward(f->l[copy], f->args, stream));
+}
+
+/* Median of REPS timed forwards, rotating over COPIES layers of the same weights. */
+static float time_forward(hm_layer **l, const hm_gemm_args *args) {
+  forward_ctx f = {l, args};
+  return time_median(timed_forward, &f);
 }
 
 static double copy_bandwidth(void) {
@@ -59,6 +82,11 @@ static double copy_bandwidth(void) {
   hm_mem_free(engine, src);
   hm_mem_free(engine, dst);
   return 2.0 * bytes / (best * 1e-3) / 1e9; /* read + write */
+}
+
+/* Weight, scale and zero point bytes of W4A16 g128 with zero points (canonical sizes). */
+static double w4a16_g128_bytes(int64_t n, int64_t k) {
+  return (double)n * k / 2 + (double)n * (k / 128) * (2 + 0.5);
 }
 
 static void w4a16_timing_table(void **state) {
@@ -91,7 +119,7 @@ static void w4a16_timing_table(void **state) {
   assert_true(err < gt_tolerance(&q));
 
   const double bw = copy_bandwidth();
-  const double wbytes = (double)n * k / 2 + (double)n * (k / 128) * (2 + 0.5);
+  const double wbytes = w4a16_g128_bytes(n, k);
   printf("# device: %s; measured copy bandwidth %.0f GB/s\n", hm_engine_device_name(engine), bw);
   printf("# weight+scale+zero bytes %.1f MB (canonical sizes)\n", wbytes / 1e6);
   printf("#     M   w4a16_us   bf16_us   w4a16_GB/s  %%copy_bw  w4a16_TFLOP/s  bf16_TFLOP/s  speedup\n");
@@ -116,11 +144,236 @@ static void w4a16_timing_table(void **state) {
   gt_layer_data_free(&db);
 }
 
+/* One tuning of the dense kernel, forced, over the weights of the COPIES layers. */
+typedef struct forced_kernel {
+  hm_gemm_config cfg;
+  hm_kernel *kernel;
+  hm_gemm_operands ops[COPIES];
+  void *workspace;
+  const hm_gemm_args *args;
+} forced_kernel;
+
+static void timed_launch(void *ctx, int copy) {
+  const forced_kernel *f = ctx;
+  HM_ASSERT_OK(hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops[copy], f->args, f->workspace, stream));
+}
+
+static void checked_launch(void *ctx, const hm_gemm_args *device_args) {
+  const forced_kernel *f = ctx;
+  HM_ASSERT_OK(hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops[0], device_args, f->workspace, NULL));
+}
+
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+static const hm_gemm_tuning decode_tunings[] = {
+    {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC}, /* the 16-row decode tile */
+    {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},  /* swapped operands, same shape (the default) */
+    {8, 256, 256, 1, 4, 4, 4, true, 2, 1, HM_MMA_SYNC},  /* swapped, bk 256: half the barriers per weight byte */
+    {8, 128, 128, 1, 1, 2, 6, true, 4, 2, HM_MMA_SYNC},  /* swapped, two units a warp, two CTAs an SM */
+    {8, 256, 128, 1, 4, 1, 6, true, 4, 2, HM_MMA_SYNC},  /* swapped, no k split, two CTAs an SM */
+};
+#define DECODE_TUNINGS ((int)HM_ARRAY_SIZE(decode_tunings))
+
+/*
+ * Dense W4A16 g128 at N = K = 8192 and decode M: the swapped 8-row kernels next to the
+ * 16-row one and to what the layer's plan runs. Each kernel is checked at M = 16 (two
+ * 8-row tiles for the swapped ones) before it is timed.
+ */
+static void swapped_vs_standard_decode(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("swapped_vs_standard_decode"));
+  const int64_t n = 8192, k = 8192, check_m = 16;
+  const gt_case q = {"w4a16", gt_format(HM_U4, 128, true, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
+  gt_layer_data d;
+  gt_layer_data_make(&rng, &q, &d);
+  hm_layer *l[COPIES];
+  for (int i = 0; i < COPIES; i++) l[i] = gt_layer_make(engine, &q, &d);
+  void *a_host = gt_random(&rng, HM_BF16, check_m * k, 1.0f);
+  void *a = gt_upload(engine, a_host, (size_t)(check_m * k) * 2), *c = NULL;
+  HM_ASSERT_OK(hm_mem_alloc(engine, (size_t)(check_m * n) * 2, &c));
+  void *out = gt_alloc((size_t)(check_m * n) * 2), *ref = gt_alloc((size_t)(check_m * n) * 2);
+  const hm_gemm_args host_args = {.type = HM_GEMM_DENSE, .m = check_m, .a = a_host};
+  gt_reference(&q, &d, &host_args, check_m, ref);
+
+  forced_kernel f[DECODE_TUNINGS];
+  hm_gemm_source src[DECODE_TUNINGS];
+  hm_kernel_source ks[DECODE_TUNINGS];
+  const hm_cubin *cubins[DECODE_TUNINGS];
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_layer_gemm_base(l[0], HM_GEMM_DENSE, &base));
+  size_t ws_bytes = 0;
+  for (int i = 0; i < DECODE_TUNINGS; i++) {
+    f[i].cfg = base;
+    f[i].cfg.tuning = decode_tunings[i];
+    HM_ASSERT_OK(hm_gemm_gen(&f[i].cfg, &src[i]));
+    ks[i] = src[i].src;
+    const size_t b = hm_gemm_workspace_bytes(&f[i].cfg, engine->sm_count);
+    if (b > ws_bytes) ws_bytes = b;
+  }
+  HM_ASSERT_OK(hm_jit_get_cubins(ks, DECODE_TUNINGS, cubins));
+  void *ws = NULL;
+  HM_ASSERT_OK(hm_mem_alloc(engine, ws_bytes, &ws));
+  HM_ASSERT_OK(hm_engine_memset(engine, ws, 0, ws_bytes, NULL));
+
+  const double bw = copy_bandwidth(), wbytes = w4a16_g128_bytes(n, k);
+  const int64_t ms[] = {1, 4, 8, 16};
+  printf("# device: %s; copy bandwidth %.0f GB/s; w4a16 g128 N=K=8192, %.1f MB\n", hm_engine_device_name(engine), bw,
+         wbytes / 1e6);
+  printf("# %-44s %8s %8s %8s %8s %8s %8s %5s %9s\n", "kernel (tuning)", "M=1_us", "M=4_us", "M=8_us", "M=16_us",
+         "%bw_M=1", "%bw_M=8", "regs", "rel_err");
+  int failed = 0;
+  for (int i = 0; i < DECODE_TUNINGS; i++) {
+    HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f[i].kernel));
+    for (int j = 0; j < COPIES; j++)
+      f[i].ops[j] = (hm_gemm_operands){l[j]->dev.weight, l[j]->dev.scales, l[j]->dev.zeros, NULL, NULL};
+    f[i].workspace = ws;
+    gt_device_run_with(engine, checked_launch, &f[i], &host_args, check_m, k, check_m, n, 1, out);
+    const double err = gt_compare(out, ref, check_m * n, HM_BF16, n, src[i].name);
+    int regs = 0, shared = 0, threads = 0;
+    HM_ASSERT_OK(hm_kernel_attributes(f[i].kernel, &regs, &shared, &threads));
+    float us[HM_ARRAY_SIZE(ms)];
+    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
+      const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
+      f[i].args = &args;
+      us[j] = time_median(timed_launch, &f[i]) * 1e3f;
+    }
+    const hm_gemm_tuning *t = &decode_tunings[i];
+    char name[64];
+    snprintf(name, sizeof(name), "%s bm%d bn%d bk%d w%dx%dx%d s%d c%d", t->bm == 8 ? "swapped " : "standard",
+             t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->ctas_per_sm);
+    const double bytes1 = wbytes + (double)(k + n) * 2, bytes8 = wbytes + 8.0 * (k + n) * 2;
+    printf("# %-44s %8.2f %8.2f %8.2f %8.2f %8.1f %8.1f %5d %9.2e%s\n", name, us[0], us[1], us[2], us[3],
+           100.0 * bytes1 / (us[0] * 1e-6) / 1e9 / bw, 100.0 * bytes8 / (us[2] * 1e-6) / 1e9 / bw, regs, err,
+           err < gt_tolerance(&q) ? "" : "  WRONG");
+    failed += !(err < gt_tolerance(&q));
+  }
+  printf("# %-44s", "the layer's plan");
+  for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
+    const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
+    printf(" %8.2f", time_forward(l, &args) * 1e3f);
+  }
+  printf("\n");
+  for (int i = 0; i < DECODE_TUNINGS; i++) hm_gemm_source_free(&src[i]);
+  free(out), free(ref), free(a_host);
+  hm_mem_free(engine, a);
+  hm_mem_free(engine, c);
+  hm_mem_free(engine, ws);
+  for (int i = 0; i < COPIES; i++) hm_layer_destroy(l[i]);
+  gt_layer_data_free(&d);
+  if (failed) fail_msg("%d decode kernels wrong", failed);
+}
+
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+static const hm_gemm_tuning large_tunings[] = {
+    {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC},  /* the mma.sync large-M default */
+    {128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC},   /* mma.sync, bk 64, deeper ring */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* the wgmma large-M default */
+    {128, 256, 64, 1, 8, 1, 6, false, 0, 1, HM_MMA_WGMMA}, /* the same, data-parallel only */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* N = 256 a warpgroup: half the dequant a flop */
+    {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA}, /* bk 128: half the barriers */
+    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* the 33..64-rows-per-expert default */
+};
+#define LARGE_TUNINGS ((int)HM_ARRAY_SIZE(large_tunings))
+
+/*
+ * Dense W4A16 g128 at N = K = 8192 and prefill M: the wgmma kernels (sm_90 only) next to
+ * mma.sync and to what the layer's plan runs. Each kernel is checked at M = 160 (a
+ * partial last tile for every bm) before it is timed.
+ */
+static void wgmma_vs_mma_sync_large_m(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("wgmma_vs_mma_sync_large_m"));
+  const int64_t n = 8192, k = 8192, max_m = 16384, check_m = 160;
+  const gt_case q = {"w4a16", gt_format(HM_U4, 128, true, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
+  gt_layer_data d;
+  gt_layer_data_make(&rng, &q, &d);
+  hm_layer *l[COPIES];
+  for (int i = 0; i < COPIES; i++) l[i] = gt_layer_make(engine, &q, &d);
+  void *a_host = gt_random(&rng, HM_BF16, max_m * k, 1.0f);
+  void *a = gt_upload(engine, a_host, (size_t)(max_m * k) * 2), *c = NULL;
+  HM_ASSERT_OK(hm_mem_alloc(engine, (size_t)(max_m * n) * 2, &c));
+  void *out = gt_alloc((size_t)(check_m * n) * 2), *ref = gt_alloc((size_t)(check_m * n) * 2);
+  const hm_gemm_args host_args = {.type = HM_GEMM_DENSE, .m = check_m, .a = a_host};
+  gt_reference(&q, &d, &host_args, check_m, ref);
+
+  forced_kernel f[LARGE_TUNINGS];
+  hm_gemm_source src[LARGE_TUNINGS];
+  hm_kernel_source ks[LARGE_TUNINGS];
+  const hm_cubin *cubins[LARGE_TUNINGS];
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_layer_gemm_base(l[0], HM_GEMM_DENSE, &base));
+  int count = 0;
+  size_t ws_bytes = 0;
+  for (int i = 0; i < LARGE_TUNINGS; i++) {
+    if (large_tunings[i].mma == HM_MMA_WGMMA && engine->arch != 90) continue;
+    f[count].cfg = base;
+    f[count].cfg.tuning = large_tunings[i];
+    HM_ASSERT_OK(hm_gemm_gen(&f[count].cfg, &src[count]));
+    ks[count] = src[count].src;
+    const size_t b = hm_gemm_workspace_bytes(&f[count].cfg, engine->sm_count);
+    if (b > ws_bytes) ws_bytes = b;
+    count++;
+  }
+  HM_ASSERT_OK(hm_jit_get_cubins(ks, count, cubins));
+  void *ws = NULL;
+  HM_ASSERT_OK(hm_mem_alloc(engine, ws_bytes, &ws));
+  HM_ASSERT_OK(hm_engine_memset(engine, ws, 0, ws_bytes, NULL));
+
+  const int64_t ms[] = {256, 1024, 4096, 16384};
+  printf("# device: %s (sm_%d); w4a16 u4z g128 N=K=8192; wgmma only on sm_90\n", hm_engine_device_name(engine),
+         engine->arch);
+  printf("# %-46s %9s %9s %9s %9s %9s %9s %5s %9s\n", "kernel (tuning)", "M=256_us", "M=1024_us", "M=4096_us",
+         "M=16384_us", "TF/s_4096", "TF/s_16K", "regs", "rel_err");
+  int failed = 0;
+  for (int i = 0; i < count; i++) {
+    HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f[i].kernel));
+    for (int j = 0; j < COPIES; j++)
+      f[i].ops[j] = (hm_gemm_operands){l[j]->dev.weight, l[j]->dev.scales, l[j]->dev.zeros, NULL, NULL};
+    f[i].workspace = ws;
+    gt_device_run_with(engine, checked_launch, &f[i], &host_args, check_m, k, check_m, n, 1, out);
+    const double err = gt_compare(out, ref, check_m * n, HM_BF16, n, src[i].name);
+    int regs = 0, shared = 0, threads = 0;
+    HM_ASSERT_OK(hm_kernel_attributes(f[i].kernel, &regs, &shared, &threads));
+    float us[HM_ARRAY_SIZE(ms)];
+    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
+      const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
+      f[i].args = &args;
+      us[j] = time_median(timed_launch, &f[i]) * 1e3f;
+    }
+    const hm_gemm_tuning *t = &f[i].cfg.tuning;
+    char name[64];
+    snprintf(name, sizeof(name), "%s bm%d bn%d bk%d w%dx%dx%d s%d %s", t->mma == HM_MMA_WGMMA ? "wgmma" : "mma.sync",
+             t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp");
+    const double flops4k = 2.0 * 4096 * n * k, flops16k = 2.0 * 16384 * n * k;
+    printf("  %-46s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %5d %9.2e%s\n", name, us[0], us[1], us[2], us[3],
+           flops4k / (us[2] * 1e-6) / 1e12, flops16k / (us[3] * 1e-6) / 1e12, regs, err,
+           err < gt_tolerance(&q) ? "" : "  WRONG");
+    failed += !(err < gt_tolerance(&q));
+  }
+  printf("  %-46s", "the layer's plan");
+  for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
+    const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
+    printf(" %9.1f", time_forward(l, &args) * 1e3f);
+  }
+  printf("\n");
+  for (int i = 0; i < count; i++) hm_gemm_source_free(&src[i]);
+  free(out), free(ref), free(a_host);
+  hm_mem_free(engine, a);
+  hm_mem_free(engine, c);
+  hm_mem_free(engine, ws);
+  for (int i = 0; i < COPIES; i++) hm_layer_destroy(l[i]);
+  gt_layer_data_free(&d);
+  if (failed) fail_msg("%d large-M kernels wrong", failed);
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
   if (hm_stream_create(engine, &stream) != HM_OK) return 1;
-  const struct CMUnitTest tests[] = {cmocka_unit_test(w4a16_timing_table)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(w4a16_timing_table),
+                                     cmocka_unit_test(swapped_vs_standard_decode),
+                                     cmocka_unit_test(wgmma_vs_mma_sync_large_m)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_stream_destroy(stream);
   hm_engine_destroy(engine);

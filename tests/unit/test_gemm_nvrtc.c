@@ -3,8 +3,9 @@
  * Every weight-only GEMM variant compiles with NVRTC for sm_80 and sm_90a: each weight
  * format (bits, signedness, zero points), group size class, activation and output
  * type, bias (formats rotate over the tunings of the M plan), every GEMM type with
- * every tuning, batch invariance, and the transform kernels; on the JIT thread pool. Also the plan's invariants and the
- * legality checks of configs.
+ * every tuning, batch invariance, the swapped 8-row decode kernel of each quantized
+ * format, and the transform kernels; on the JIT thread pool. Also the plan's invariants
+ * and the legality checks of configs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,19 @@ static void add_plan(batch *b, const hm_layer_config *lc, hm_gemm_type type, int
   }
 }
 
+/* The plan's swapped 8-row kernel (entry 0 where it has one), unless `only` picked it already. */
+static void add_swap(batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  if (plan.cfg[0].tuning.bm != 8 || only % plan.count == 0) return;
+  assert_true(b->count < (int)HM_ARRAY_SIZE(b->src));
+  HM_ASSERT_OK(hm_gemm_gen(&plan.cfg[0], &b->src[b->count]));
+  b->src[b->count].src.arch_specific = arch >= 90;
+  b->count++;
+}
+
 /* The transform of each weight type; every scale type with the first, f16/bf16 alternating after. */
 static void add_transforms(batch *b, int arch) {
   const hm_dtype scale_types[] = {HM_F16, HM_BF16, HM_F32};
@@ -94,7 +108,9 @@ static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
   for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
     for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
       hm_layer_config lc = layer_of(&variants[i], i % 4 == 0 ? 1 : 64, false);
-      add_plan(&b, &lc, lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3), archs[a], (int)i);
+      const hm_gemm_type type = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
+      add_plan(&b, &lc, type, archs[a], (int)i);
+      add_swap(&b, &lc, type, archs[a], (int)i);
     }
     hm_layer_config lc = layer_of(&variants[0], 256, false);
     for (int t = 0; t < 4; t++) add_plan(&b, &lc, (hm_gemm_type)t, archs[a], -1);
@@ -144,8 +160,11 @@ static void plans_are_consistent(void **state) {
           assert_int_equal(t->warps_k, plan.cfg[0].tuning.warps_k);
         }
       }
-      /* Decode takes the 16-row tile; many rows per expert a taller one. */
-      assert_int_equal(plan.cfg[hm_gemm_plan_pick(&plan, 8)].tuning.bm, 16);
+      /* Decode (1 row per expert) takes the swapped 8-row tile (quantized, not batch
+       * invariant) or the 16-row one; 16 rows per expert the 16-row one; many a taller one. */
+      const bool quant = variants[i].weight != HM_F16 && variants[i].weight != HM_BF16;
+      assert_int_equal(plan.cfg[hm_gemm_plan_pick(&plan, 8)].tuning.bm, quant && !inv ? 8 : 16);
+      assert_int_equal(plan.cfg[hm_gemm_plan_pick(&plan, 8 * 16)].tuning.bm, 16);
       assert_true(plan.cfg[hm_gemm_plan_pick(&plan, 8 * 4096)].tuning.bm >= 64);
     }
 }
@@ -172,6 +191,14 @@ static void illegal_configs_are_refused(void **state) {
   bad.tuning.bk = 256;
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED); /* shared memory */
   assert_non_null(strstr(hm_last_error(), "shared memory"));
+  bad = c;
+  bad.tuning.bm = 8;
+  bad.tuning.warps_m = 2;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "bm=8"));
+  bad.tuning.bm = 4;
+  bad.tuning.warps_m = 1;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   bad = c;
   bad.arch = 75;
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Legality and shared memory of wgmma configs (kernels/gemm_wgmma_traits.cuh). */
+#include "kernels/gemm_config_wgmma.h"
+
+#include "check.h"
+
+bool hm_gemm_wgmma_takes(const hm_gemm_config *base) {
+  const int bits = hm_gemm_weight_bits(base->layer.weight);
+  return base->arch == 90 && (bits == 4 || bits == 8 || bits == 16);
+}
+
+int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t) {
+  if (t->warps_m < 1 || t->warps_n < 4) return 0;
+  return t->bn / (t->warps_n / 4) / 64 * (t->bm / t->warps_m / 2);
+}
+
+hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
+  HM_CHECK_NOT_NULL(cfg);
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const int bits = hm_gemm_weight_bits(cfg->layer.weight);
+  if (cfg->arch != 90)
+    HM_FAIL(HM_UNSUPPORTED, "the wgmma GEMM kernel is built for sm_90a only, not sm_%d", cfg->arch);
+  if (bits != 4 && bits != 8 && bits != 16)
+    HM_FAIL(HM_UNSUPPORTED, "the wgmma GEMM kernel takes 4-, 8- or 16-bit weights, not %s",
+            hm_dtype_name(cfg->layer.weight));
+  if (t->warps_k != 1 || t->warps_m < 1 || t->warps_n < 4 || t->warps_n % 4 != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "wgmma warp grid %dx%dx%d: warps_n must be a multiple of 4 (warpgroups), warps_k 1", t->warps_m,
+            t->warps_n, t->warps_k);
+  const int wg_n = t->warps_n / 4;
+  if (t->bn < 64 || t->bn % (64 * wg_n) != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "wgmma tile bn=%d must give each of %d warpgroups along n whole 64 columns",
+            t->bn, wg_n);
+  const int rows = t->bm / t->warps_m;
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows < 32 || rows > 256)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "wgmma tile bm=%d: each of %d warpgroups along m needs 32..256 rows, a multiple of 32", t->bm,
+            t->warps_m);
+  if (hm_gemm_wgmma_acc_regs(t) > 128)
+    HM_FAIL(HM_INVALID_ARGUMENT, "wgmma tile %dx%d holds %d accumulators per thread (at most 128)", t->bm,
+            t->bn, hm_gemm_wgmma_acc_regs(t));
+  if (t->stages < 3) HM_FAIL(HM_INVALID_ARGUMENT, "wgmma kernels need stages >= 3, not %d", t->stages);
+  return HM_OK;
+}
+
+size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const size_t bits = (size_t)hm_gemm_weight_bits(cfg->layer.weight);
+  const bool quant = bits < 16;
+  const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 16;
+  const int group = cfg->layer.group;
+  const size_t stage_groups = (group == 0 || group >= t->bk) ? 1 : (size_t)(t->bk / group);
+  size_t stage = (size_t)t->bm * t->bk * 2 + bn_units * steps * 128 * bits;
+  if (quant) stage += stage_groups * bn_units * 128;
+  if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
+  stage = (stage + 1023) / 1024 * 1024;
+  const size_t pipe = stage * (size_t)t->stages;
+  const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);
+  const bool grouped =
+      cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
+  return 1024 + (pipe > staged_c ? pipe : staged_c) + 3 * (size_t)t->bm * 4 + 4 +
+         (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+}

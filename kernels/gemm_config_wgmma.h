@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Configs of the wgmma kernel (kernels/gemm_wgmma_kernel.cuh): which layers it takes,
+ * its tile rules and its shared memory, mirrored by kernels/gemm_wgmma_traits.cuh.
+ */
+#ifndef HM_GEMM_CONFIG_WGMMA_H
+#define HM_GEMM_CONFIG_WGMMA_H
+
+#include "kernels/gemm_config.h"
+
+/* Whether the wgmma kernel can serve base's layer: sm_90, 4-, 8- or 16-bit weights. */
+bool hm_gemm_wgmma_takes(const hm_gemm_config *base);
+/* The wgmma-specific rules of cfg (arch, weight format, warpgroup grid, tile, stages). */
+hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg);
+/* Dynamic shared memory of a wgmma config, as hm_wg_traits::smem_bytes. */
+size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg);
+/* Accumulators per thread of a wgmma tuning. */
+int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t);
+
+#endif

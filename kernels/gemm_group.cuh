@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scale and zero operands of the dequant, built once per scale group a warp meets
+// in a stage instead of once per k16 step: they are constant over the group, and
+// rebuilding them per step cost about as many instructions as the codes themselves.
+#pragma once
+
+#include "gemm_traits.cuh"
+
+// A lane's operands for the eight n8 blocks j of one weight unit: its column's scale and
+// its zero operand (hm_dq::zero of the zero point), each in both halves.
+struct hm_group_vals {
+  hm_u32 s2[8];
+  hm_u32 z2[8];
+};
+
+// hm_dq::zero of byte b of a word of zero points, in one byte permute: the magic's high
+// byte over the zero point in both halves (exact: zero points stay below the magic's ulp
+// span, 2^bits <= 128 for bf16 and <= 1024 for f16).
+template <bool BF16, int B>
+__device__ __forceinline__ hm_u32 hm_zero_of_byte(hm_u32 zeros, int b) {
+  using D = hm_dq<BF16, B>;
+  if constexpr (D::via_f32) return (zeros >> (8 * b)) & 0xffu;
+  constexpr hm_u32 high = (D::magic >> 8) * 0x01010101u;
+  return __byte_perm(zeros, high, 0x4040u | (hm_u32)b * 0x0101u);
+}
+
+// Loads the operands of scale group gi (within the stage) of unit column unit_col.
+template <class C>
+__device__ __forceinline__ void hm_group_load(const unsigned char *st, int gi, int unit_col, int lane,
+                                              hm_group_vals &g) {
+  using T = hm_gemm_traits<C>;
+  using D = hm_dq<T::bf16, C::bits>;
+  const uint4 v = *(const uint4 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + (lane >> 2) * 16);
+  const hm_u32 sc[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) g.s2[j] = hm_h2_broadcast(sc[j >> 1], j & 1);
+  if constexpr (T::z_bytes > 0) {
+    const uint2 z = *(const uint2 *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 + (lane >> 2) * 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g.z2[j] = hm_zero_of_byte<T::bf16, C::bits>(j < 4 ? z.x : z.y, j & 3);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g.z2[j] = D::zero((hm_u32)C::zero_const);
+  }
+}
+
+// The dequantized pair slot ps (of n8 block ps / 2) of a lane's unit words.
+template <class C>
+__device__ __forceinline__ hm_u32 hm_dq_pair(const hm_u32 (&w)[C::bits], int ps, const hm_group_vals &g) {
+  using T = hm_gemm_traits<C>;
+  const hm_u32 codes = hm_pair_codes<C::bits>(w, ps);
+  if constexpr (!T::quant) return codes;
+  return hm_dq<T::bf16, C::bits>::apply(codes, g.z2[ps >> 1], g.s2[ps >> 1]);
+}
+
+// Whether k16 step ss (of the warp's wk_steps) starts a scale group for this warp: a warp's
+// steps lie in one group unless groups are shorter than its share of the stage.
+template <class C>
+__device__ __forceinline__ constexpr bool hm_group_starts(int ss) {
+  using T = hm_gemm_traits<C>;
+  return (C::group == 0 || C::group >= T::wk_steps * 16) ? ss == 0 : (ss * 16) % C::group == 0;
+}

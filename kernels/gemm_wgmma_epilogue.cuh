@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// After the wgmma mainloop: Stream-K partials (flat per thread, so their layout does not
+// depend on the fragment order) and the store of C. The accumulators hold C^T in wgmma
+// fragments with permuted columns (hm_wg_column); they are staged in shared memory as
+// f32 [token][column], then each warp writes whole output rows: c = (acc * global_scale
+// + bias) * row_scale, as the mma.sync epilogue computes it.
+#pragma once
+
+#include "gemm_wgmma_mainloop.cuh"
+
+// A contributor's partial tile: [float4 q][thread], coalesced.
+template <class C>
+__device__ __forceinline__ void hm_wg_partial_store(const hm_gemm_params &p, int slot,
+                                                    const hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  float4 *dst = (float4 *)(p.partials + (long long)slot * C::bm * C::bn) + threadIdx.x;
+  const float *a = &acc[0][0];
+#pragma unroll
+  for (int q = 0; q < T::acc_regs / 4; ++q)
+    __stcg(dst + q * T::threads, make_float4(a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]));
+}
+
+template <class C>
+__device__ __forceinline__ void hm_wg_partial_add(const hm_gemm_params &p, int slot, hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  const float4 *src = (const float4 *)(p.partials + (long long)slot * C::bm * C::bn) + threadIdx.x;
+  float *a = &acc[0][0];
+#pragma unroll
+  for (int q = 0; q < T::acc_regs / 4; ++q) {
+    const float4 v = __ldcg(src + q * T::threads);
+    a[4 * q] += v.x, a[4 * q + 1] += v.y, a[4 * q + 2] += v.z, a[4 * q + 3] += v.w;
+  }
+}
+
+// The accumulators into the staging tile. Lanes g and g^1 hold adjacent columns of the
+// same two tokens; one shuffle gives the even-g lane both columns of the first token and
+// the odd-g lane both of the second, so each stores one 8-byte pair.
+template <class C>
+__device__ __forceinline__ void hm_wg_stage_tile(unsigned char *stage, int wm, int wn, int wq, int lane,
+                                                 const hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  const int odd = (lane >> 2) & 1, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < T::mb; ++m)
+#pragma unroll
+    for (int i = 0; i < T::wtm / 2; i += 2) {
+      const float send = odd ? acc[m][i] : acc[m][i + 1];
+      const float recv = __shfl_xor_sync(0xffffffffu, send, 4);
+      const int col = wn * T::wtn + m * 64 + hm_wg_column(wq, lane, (i >> 1) & 1) - odd;
+      const int token = wm * T::wtm + 8 * (i >> 2) + 2 * t + odd;
+      const float2 v = odd ? make_float2(recv, acc[m][i + 1]) : make_float2(acc[m][i], recv);
+      *(float2 *)(stage + token * T::c_pitch + col * 4) = v;
+    }
+}
+
+// Writes the tile (all threads): stage, synchronize, copy rows out.
+template <class C>
+__device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const hm_tile &tile,
+                                                 unsigned char *smem, const int *c_row,
+                                                 const float *row_scale, int wm, int wn, int wq, int lane,
+                                                 const hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  hm_wg_stage_tile<C>(smem, wm, wn, wq, lane, acc);
+  __syncthreads();
+  const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
+  hm_u32 *c = (hm_u32 *)p.c;
+  const hm_u32 *bias = (const hm_u32 *)p.bias;
+  constexpr int pairs = C::bn / 2;
+  for (int idx = threadIdx.x; idx < C::bm * pairs; idx += T::threads) {
+    const int r = idx / pairs, pc = idx % pairs;
+    const int col = tile.n_tile * C::bn + 2 * pc;
+    const int row = c_row[r];
+    if (row < 0 || col >= C::n) continue;
+    float b0 = 0.0f, b1 = 0.0f;
+    if constexpr (C::bias) {
+      const hm_u32 bb = bias[((long long)tile.e * C::n + col) >> 1];
+      b0 = hm_h_to_f32<C::out_bf16>(bb), b1 = hm_h_to_f32<C::out_bf16>(bb >> 16);
+    }
+    const float rs = row_scale[r];
+    const float2 v = *(const float2 *)(smem + r * T::c_pitch + pc * 8);
+    c[((long long)row * C::n + col) >> 1] =
+        hm_h2_from_f32<C::out_bf16>((v.x * gs + b0) * rs, (v.y * gs + b1) * rs);
+  }
+}

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+// The wgmma mainloop: a cp.async ring of stages (activation tile in the 128-byte swizzle
+// wgmma reads, weight units, scales, zero points as in the mma.sync kernel), and per
+// k16 step: dequantize a warpgroup's weight columns into wgmma A fragments, then one
+// m64nNk16 per 64 columns against the tokens in shared memory. One step's wgmmas run
+// while the next step is dequantized.
+#pragma once
+
+#include "gemm_mainloop.cuh"
+#include "gemm_wgmma_traits.cuh"
+#include "hm_wgmma.cuh"
+
+template <class C>
+__device__ __forceinline__ void hm_wg_acc_zero(hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+#pragma unroll
+  for (int m = 0; m < T::mb; ++m) {
+#pragma unroll
+    for (int i = 0; i < T::wtm / 2; ++i) acc[m][i] = 0.0f;
+    hm_wgmma_fence_operands(acc[m]);
+  }
+}
+
+// Byte offset of 16-byte chunk ch (k = 8*ch..8*ch+7 of the k-tile) of token row r:
+// 64-wide k-blocks of bm rows x 128 bytes, chunk c of a row stored at c ^ (r % 8).
+template <class C>
+__device__ __forceinline__ int hm_wg_a_offset(int r, int ch) {
+  return (ch >> 3) * C::bm * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
+template <class C>
+__device__ __forceinline__ void hm_wg_load_a(const hm_gemm_params &p, int kt, unsigned char *st,
+                                             const int *a_row) {
+  using T = hm_wg_traits<C>;
+  constexpr int per_row = C::bk / 8;
+  constexpr int total = C::bm * per_row;
+  const unsigned char *a = (const unsigned char *)p.a;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int r = i / per_row, ch = i % per_row;
+      const int row = a_row[r];
+      const int k = kt * C::bk + ch * 8;
+      const bool ok = row >= 0 && k < C::k;
+      hm_cp_async16(st + hm_wg_a_offset<C>(r, ch), ok ? a + ((long long)row * C::k + k) * 2 : a, ok);
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void hm_wg_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
+                                                 unsigned char *st, const int *a_row) {
+  using T = hm_wg_traits<C>;
+  hm_wg_load_a<C>(p, kt, st, a_row);
+  hm_load_b<C, T>(p, tile, kt, st);
+  if constexpr (T::quant)
+    hm_load_group_data<C, 128, T>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
+  if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64, T>(p.zeros, tile, kt, st + T::z_off);
+}
+
+// Where a thread's A fragments come from. In a unit (hm_dequant.cuh) lane 4*gl + t holds
+// columns j*8 + gl (j = 0..7) at the thread's k; its pair slots 4q..4q+3 are columns
+// 2q*8 + gl and (2q+1)*8 + gl, the two wgmma rows of one thread. Thread (warp w of the
+// warpgroup, g, t) takes unit lane 4*(2w + g%2) + t and slot group q = g/2: each unit
+// word is read by one thread, and a warp's reads fall in distinct banks.
+struct hm_wg_src {
+  int ulane;  // unit lane
+  int gl;     // its column within each n8 block
+  int q;      // slot group
+};
+
+__device__ __forceinline__ hm_wg_src hm_wg_src_of(int wq, int lane) {
+  const int g = lane >> 2;
+  hm_wg_src s;
+  s.gl = 2 * wq + (g & 1);
+  s.ulane = 4 * s.gl + (lane & 3);
+  s.q = g >> 1;
+  return s;
+}
+
+// The column (within its 64-column block) of wgmma row 16*wq + g + 8*h of a warpgroup.
+__device__ __forceinline__ int hm_wg_column(int wq, int lane, int h) {
+  return 16 * (lane >> 3) + 8 * h + 2 * wq + ((lane >> 2) & 1);
+}
+
+// Scale and zero operands of a thread's two columns (h = 0, 1) in one scale group.
+struct hm_wg_group {
+  hm_u32 s2[2], z2[2];
+};
+
+template <class C>
+__device__ __forceinline__ void hm_wg_group_load(const unsigned char *st, int gi, int unit_col,
+                                                 const hm_wg_src &src, hm_wg_group &g) {
+  using T = hm_wg_traits<C>;
+  using D = hm_dq<T::bf16, C::bits>;
+  // Scales sit at [n8 block j][column gl] within a unit's 64; j = 2q + h.
+  const hm_u32 s =
+      *(const hm_u32 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + src.gl * 16 + src.q * 4);
+  g.s2[0] = hm_h2_broadcast(s, 0);
+  g.s2[1] = hm_h2_broadcast(s, 1);
+  if constexpr (T::z_bytes > 0) {
+    const hm_u32 z = *(const unsigned short *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 +
+                                               src.gl * 8 + src.q * 2);
+    g.z2[0] = hm_zero_of_byte<T::bf16, C::bits>(z, 0);
+    g.z2[1] = hm_zero_of_byte<T::bf16, C::bits>(z, 1);
+  } else {
+    g.z2[0] = g.z2[1] = D::zero((hm_u32)C::zero_const);
+  }
+}
+
+// A fragments of one unit at k16 step s: pair slot 4q+i holds column half h = i/2 at k
+// half i%2, and the registers go (h0, k lo), (h1, k lo), (h0, k hi), (h1, k hi).
+template <class C>
+__device__ __forceinline__ void hm_wg_fragment(const unsigned char *st, int unit_col, int s,
+                                               const hm_wg_src &src, const hm_wg_group &g, hm_u32 (&a)[4]) {
+  using T = hm_wg_traits<C>;
+  using L = hm_wlayout<C::bits>;
+  constexpr int group_words = C::bits / 4;  // words holding four pair slots
+  constexpr int per_word = 16 / C::bits;    // pair slots per word
+  const hm_u32 *w = (const hm_u32 *)(st + T::b_off + (unit_col * T::steps + s) * T::unit_bytes) +
+                    L::offset(src.ulane, src.q * group_words);
+  hm_u32 words[group_words];
+  if constexpr (group_words == 4) {
+    const uint4 v = *(const uint4 *)w;
+    words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+  } else if constexpr (group_words == 2) {
+    const uint2 v = *(const uint2 *)w;
+    words[0] = v.x, words[1] = v.y;
+  } else {
+    words[0] = *w;
+  }
+  hm_u32 codes[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) codes[i] = (words[i / per_word] >> ((i % per_word) * C::bits)) & L::mask2;
+  if constexpr (!T::quant) {
+    a[0] = codes[0], a[1] = codes[2], a[2] = codes[1], a[3] = codes[3];
+  } else {
+    using D = hm_dq<T::bf16, C::bits>;
+    a[0] = D::apply(codes[0], g.z2[0], g.s2[0]);
+    a[1] = D::apply(codes[2], g.z2[1], g.s2[1]);
+    a[2] = D::apply(codes[1], g.z2[0], g.s2[0]);
+    a[3] = D::apply(codes[3], g.z2[1], g.s2[1]);
+  }
+}
+
+// The A-fragment registers: a ring of af_ring k16 steps of mb units.
+template <class C>
+using hm_wg_frags_t = hm_u32[hm_wg_traits<C>::af_ring][hm_wg_traits<C>::mb][4];
+
+template <class C>
+__device__ __forceinline__ void hm_wg_compute_stage(const unsigned char *st, int wm, int wn,
+                                                    const hm_wg_src &src, hm_wg_frags_t<C> &af,
+                                                    hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  const unsigned long long desc0 = hm_wgmma_desc_k128(hm_smem_addr(st) + wm * T::wtm * 128);
+  hm_wg_group g[T::mb];
+#pragma unroll
+  for (int s = 0; s < T::steps; ++s) {
+    if (s == 0 || (C::group != 0 && C::group < C::bk && (s * 16) % C::group == 0)) {
+#pragma unroll
+      for (int m = 0; m < T::mb; ++m)
+        if constexpr (T::quant) hm_wg_group_load<C>(st, T::step_group(s), wn * T::mb + m, src, g[m]);
+    }
+    hm_u32(&a)[T::mb][4] = af[s % T::af_ring];
+    hm_wgmma_wait<T::af_ring - 1>();  // the wgmmas that last read these registers are done
+#pragma unroll
+    for (int m = 0; m < T::mb; ++m) hm_wg_fragment<C>(st, wn * T::mb + m, s, src, g[m], a[m]);
+    hm_wgmma_fence();
+    // Step s: k-block s / 4, 32 bytes further per k16 within a 128-byte row.
+    const unsigned long long desc =
+        desc0 + (unsigned long long)((((s >> 2) * C::bm * 128) + (s & 3) * 32) >> 4);
+#pragma unroll
+    for (int m = 0; m < T::mb; ++m) hm_wgmma_rs<T::wtm, T::bf16>(acc[m], a[m], desc);
+    hm_wgmma_commit();
+  }
+}
+
+// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). Stage i + stages - 2
+// loads into the slot of stage i - 2, whose wgmmas every warpgroup has waited for
+// before the barrier. Leaves wgmma and cp.async drained and the CTA synchronized, so
+// shared memory may be reused on return.
+template <class C>
+__device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                               unsigned char *smem, const int *a_row, int wm, int wn,
+                                               const hm_wg_src &src, hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  hm_wg_acc_zero<C>(acc);
+  const int count = ke - kb;
+#pragma unroll
+  for (int s = 0; s < C::stages - 2; ++s) {
+    if (s < count) hm_wg_load_stage<C>(p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+    hm_cp_async_commit();
+  }
+  hm_wg_frags_t<C> af;
+  for (int i = 0; i < count; ++i) {
+    hm_cp_async_wait<C::stages - 3>();
+    hm_fence_proxy_async();
+    __syncthreads();
+    const int next = i + C::stages - 2;
+    if (next < count)
+      hm_wg_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
+    hm_cp_async_commit();
+    hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc);
+  }
+  hm_wgmma_wait<0>();
+#pragma unroll
+  for (int m = 0; m < T::mb; ++m) hm_wgmma_fence_operands(acc[m]);
+  hm_cp_async_wait<0>();
+  __syncthreads();
+}

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The wgmma GEMM kernel (sm_90a) forced on the weights of a layer, against the host
+ * reference with C poisoned first: every weight format it takes, dense at M = 64, 333
+ * and 4096 with N and K that are not powers of two, and the MoE layouts (indexed
+ * gate-up and down with top-k weights, grouped-contiguous, grouped-masked, an expert
+ * with no tokens) at 64, 333 and 4096 tokens. Tile shapes rotate over the cases so that
+ * each warpgroup layout, Stream-K and data-parallel schedule runs. Skips without an
+ * sm_90 device.
+ */
+#include "gemm_moe_util.h"
+#include "kernels/gemm_gen.h"
+#include "layer_internal.h"
+
+static hm_engine *engine;
+
+#define FS(w, g, zp, s) \
+  { HM_##w, HM_##s, (g) ? HM_SCALE_GROUP : HM_SCALE_CHANNEL, g, 0, zp, false }
+#define F(w, g, zp) FS(w, g, zp, BF16)
+#define UNQ(w) \
+  { HM_##w, HM_##w, HM_SCALE_NONE, 0, 0, false, false }
+
+static const gt_case dense_cases[] = {
+    {"wgmma u4z g128 bf16", F(U4, 128, true), HM_BF16, HM_BF16, false, 1000, 1408, 1, false},
+    {"wgmma u4z g64 f16 bias", FS(U4, 64, true, F16), HM_F16, HM_F16, true, 576, 704, 1, false},
+    {"wgmma u4 g32 bf16->f16", F(U4, 32, false), HM_BF16, HM_F16, false, 520, 992, 1, false},
+    {"wgmma u4z channel f16", FS(U4, 0, true, F16), HM_F16, HM_F16, false, 704, 1000, 1, false},
+    {"wgmma i4 g128 bf16 bias", F(I4, 128, false), HM_BF16, HM_BF16, true, 1000, 640, 1, false},
+    {"wgmma i4 g64 f16", FS(I4, 64, false, F16), HM_F16, HM_F16, false, 640, 768, 1, false},
+    {"wgmma u8 g128 bf16", F(U8, 128, false), HM_BF16, HM_BF16, false, 832, 1152, 1, false},
+    {"wgmma u8z g64 f16", FS(U8, 64, true, F16), HM_F16, HM_F16, false, 576, 704, 1, false},
+    {"wgmma i8 channel bf16 f32-scales", FS(I8, 0, false, F32), HM_BF16, HM_BF16, true, 832, 1000, 1, false},
+    {"wgmma i8 g32 f16", FS(I8, 32, false, F16), HM_F16, HM_F16, false, 520, 992, 1, false},
+    {"wgmma bf16 unquantized", UNQ(BF16), HM_BF16, HM_BF16, true, 1000, 1400, 1, false},
+    {"wgmma f16 unquantized", UNQ(F16), HM_F16, HM_F16, false, 576, 704, 1, false},
+};
+
+static const gt_case moe_cases[] = {
+    {"moe wgmma u4z g128 bf16", F(U4, 128, true), HM_BF16, HM_BF16, false, 328, 384, 8, false},
+    {"moe wgmma u4 g32 f16", FS(U4, 32, false, F16), HM_F16, HM_F16, false, 320, 256, 8, false},
+    {"moe wgmma i4 g64 f16 bias", FS(I4, 64, false, F16), HM_F16, HM_F16, true, 384, 320, 8, false},
+    {"moe wgmma u8z channel bf16", F(U8, 0, true), HM_BF16, HM_BF16, false, 320, 264, 8, false},
+    {"moe wgmma i8 g128 bf16", F(I8, 128, false), HM_BF16, HM_BF16, true, 320, 256, 8, false},
+    {"moe wgmma bf16 unquantized", UNQ(BF16), HM_BF16, HM_BF16, false, 264, 256, 8, false},
+    {"moe wgmma f16 unquantized", UNQ(F16), HM_F16, HM_F16, true, 320, 200, 8, false},
+};
+
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+static const hm_gemm_tuning shapes[] = {
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* large-M default: 2 warpgroups x 128 columns */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 256 */
+    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* the 33..64-row shape, data-parallel */
+    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups along tokens, N = 96 */
+    {128, 128, 64, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA},  /* one warpgroup, 2 CTAs an SM */
+    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 192 */
+    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},  /* N = 32, 2 warpgroups along tokens */
+};
+
+static const int64_t m_list[] = {64, 333, 4096};
+
+/* One tuning compiled for a layer's GEMM type and bound to the layer's weights. */
+typedef struct forced {
+  hm_gemm_config cfg;
+  hm_kernel *kernel;
+  hm_gemm_operands ops;
+  void *workspace;
+  char name[256];
+} forced;
+
+static void forced_run(void *ctx, const hm_gemm_args *device_args) {
+  const forced *f = ctx;
+  HM_ASSERT_OK(
+      hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops, device_args, f->workspace, NULL));
+}
+
+static int forced_block_m(void *ctx, int64_t valid_m) {
+  (void)valid_m;
+  return ((const forced *)ctx)->cfg.tuning.bm;
+}
+
+/* The layer's config for a GEMM type with tuning t (16-bit units shallower, as the selection does). */
+static hm_gemm_config forced_config(const hm_layer *l, hm_gemm_type type, const hm_gemm_tuning *t) {
+  hm_gemm_config cfg;
+  HM_ASSERT_OK(hm_layer_gemm_base(l, type, &cfg));
+  cfg.tuning = *t;
+  if (hm_gemm_weight_bits(cfg.layer.weight) == 16) {
+    cfg.tuning.bk = 64;
+    if (cfg.tuning.stages > 4) cfg.tuning.stages = 4;
+  }
+  return cfg;
+}
+
+/* Compiles configs in one parallel batch, so that forced_make finds them compiled. */
+static void compile_all(const hm_gemm_config *cfgs, int count) {
+  hm_gemm_source *src = gt_alloc((size_t)count * sizeof(*src));
+  hm_kernel_source *ks = gt_alloc((size_t)count * sizeof(*ks));
+  const hm_cubin **cubins = gt_alloc((size_t)count * sizeof(*cubins));
+  for (int i = 0; i < count; i++) {
+    HM_ASSERT_OK(hm_gemm_gen(&cfgs[i], &src[i]));
+    ks[i] = src[i].src;
+  }
+  HM_ASSERT_OK(hm_jit_get_cubins(ks, count, cubins));
+  for (int i = 0; i < count; i++) hm_gemm_source_free(&src[i]);
+  free(src), free(ks), free(cubins);
+}
+
+static void forced_make(hm_layer *l, const hm_gemm_config *cfg, forced *f) {
+  memset(f, 0, sizeof(*f));
+  f->cfg = *cfg;
+  hm_gemm_source src;
+  HM_ASSERT_OK(hm_gemm_gen(&f->cfg, &src));
+  snprintf(f->name, sizeof(f->name), "%s", src.name);
+  HM_ASSERT_OK(hm_kernel_get(engine, &src.src, &f->kernel));
+  hm_gemm_source_free(&src);
+  f->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+  const size_t ws = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
+  if (ws > 0) {
+    HM_ASSERT_OK(hm_mem_alloc(engine, ws, &f->workspace));
+    HM_ASSERT_OK(hm_engine_memset(engine, f->workspace, 0, ws, NULL));
+  }
+}
+
+static void forced_free(forced *f) {
+  hm_mem_free(engine, f->workspace);
+}
+
+static bool run_dense(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
+  void *a = gt_random(rng, c->act, m * c->k, 1.0f);
+  void *out = gt_alloc((size_t)(m * c->n) * 2), *ref = gt_alloc((size_t)(m * c->n) * 2);
+  const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m, .a = a};
+  gt_reference(c, d, &args, m, ref);
+  gt_device_run_with(engine, forced_run, f, &args, m, c->k, m, c->n, 1, out);
+  const double err = gt_compare(out, ref, m * c->n, c->out, c->n, c->name);
+  const bool ok = err <= gt_tolerance(c);
+  printf("%-34s N=%-5lld K=%-5lld M=%-5lld rel_err %.2e %s\n", c->name, (long long)c->n, (long long)c->k,
+         (long long)m, err, ok ? "ok" : "FAIL");
+  free(a), free(out), free(ref);
+  return ok;
+}
+
+#define DENSE_CASES ((int)HM_ARRAY_SIZE(dense_cases))
+
+static void dense_formats_match_reference(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("wgmma_dense_formats_match_reference"));
+  gt_layer_data d[DENSE_CASES];
+  hm_layer *l[DENSE_CASES];
+  hm_gemm_config cfg[DENSE_CASES];
+  for (int i = 0; i < DENSE_CASES; i++) {
+    gt_layer_data_make(&rng, &dense_cases[i], &d[i]);
+    l[i] = gt_layer_make(engine, &dense_cases[i], &d[i]);
+    cfg[i] = forced_config(l[i], HM_GEMM_DENSE, &shapes[i % HM_ARRAY_SIZE(shapes)]);
+  }
+  compile_all(cfg, DENSE_CASES);
+  int failed = 0;
+  for (int i = 0; i < DENSE_CASES; i++) {
+    forced f;
+    forced_make(l[i], &cfg[i], &f);
+    printf("# %s\n", f.name);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++)
+      failed += !run_dense(&rng, &dense_cases[i], &d[i], &f, m_list[j]);
+    forced_free(&f);
+    hm_layer_destroy(l[i]);
+    gt_layer_data_free(&d[i]);
+  }
+  if (failed) fail_msg("%d dense wgmma cases out of bound", failed);
+}
+
+#define MOE_CASES ((int)HM_ARRAY_SIZE(moe_cases))
+static const hm_gemm_type moe_types[] = {HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS, HM_GEMM_GROUPED_MASKED};
+#define MOE_TYPES ((int)HM_ARRAY_SIZE(moe_types))
+
+static void moe_layouts_match_reference(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("wgmma_moe_layouts_match_reference"));
+  gt_layer_data d[MOE_CASES];
+  hm_layer *l[MOE_CASES];
+  hm_gemm_config cfg[MOE_CASES][MOE_TYPES];
+  for (int i = 0; i < MOE_CASES; i++) {
+    gt_layer_data_make(&rng, &moe_cases[i], &d[i]);
+    l[i] = gt_layer_make(engine, &moe_cases[i], &d[i]);
+    for (int t = 0; t < MOE_TYPES; t++)
+      cfg[i][t] = forced_config(l[i], moe_types[t], &shapes[(i + t) % HM_ARRAY_SIZE(shapes)]);
+  }
+  compile_all(&cfg[0][0], MOE_CASES * MOE_TYPES);
+  int failed = 0;
+  for (int i = 0; i < MOE_CASES; i++) {
+    const gt_case *c = &moe_cases[i];
+    forced f[MOE_TYPES];
+    for (int t = 0; t < MOE_TYPES; t++) {
+      forced_make(l[i], &cfg[i][t], &f[t]);
+      printf("# %s\n", f[t].name);
+    }
+    const gt_moe_runner idx = {engine, forced_run, &f[0], forced_block_m};
+    const gt_moe_runner cont = {engine, forced_run, &f[1], forced_block_m};
+    const gt_moe_runner mask = {engine, forced_run, &f[2], forced_block_m};
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
+      failed += !gt_moe_indexed(&idx, &rng, c, &d[i], m_list[j], false);
+      failed += !gt_moe_indexed(&idx, &rng, c, &d[i], m_list[j], true);
+      failed += !gt_moe_contiguous(&cont, &rng, c, &d[i], m_list[j]);
+      failed += !gt_moe_masked(&mask, &rng, c, &d[i], m_list[j]);
+    }
+    for (int t = 0; t < MOE_TYPES; t++) forced_free(&f[t]);
+    hm_layer_destroy(l[i]);
+    gt_layer_data_free(&d[i]);
+  }
+  if (failed) fail_msg("%d MoE wgmma cases out of bound", failed);
+}
+
+/* Stream-K sums partials in k order: two runs of a split tile give the same bits. */
+static void stream_k_is_deterministic(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("wgmma_stream_k_is_deterministic"));
+  const gt_case *c = &dense_cases[0];
+  gt_layer_data d;
+  gt_layer_data_make(&rng, c, &d);
+  hm_layer *l = gt_layer_make(engine, c, &d);
+  forced f;
+  const hm_gemm_config cfg = forced_config(l, HM_GEMM_DENSE, &shapes[0]);
+  forced_make(l, &cfg, &f);
+  const int64_t m = 333;
+  void *a = gt_random(&rng, c->act, m * c->k, 1.0f);
+  void *x = gt_alloc((size_t)(m * c->n) * 2), *y = gt_alloc((size_t)(m * c->n) * 2);
+  const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m, .a = a};
+  gt_device_run_with(engine, forced_run, &f, &args, m, c->k, m, c->n, 1, x);
+  gt_device_run_with(engine, forced_run, &f, &args, m, c->k, m, c->n, 1, y);
+  assert_memory_equal(x, y, (size_t)(m * c->n) * 2);
+  free(a), free(x), free(y);
+  forced_free(&f);
+  hm_layer_destroy(l);
+  gt_layer_data_free(&d);
+}
+
+int main(void) {
+  engine = hm_test_cuda_engine_or_skip();
+  if (engine == NULL) return HM_TEST_SKIP;
+  if (engine->arch != 90) {
+    printf("SKIP: the wgmma kernel needs sm_90, %s is sm_%d\n", hm_engine_device_name(engine), engine->arch);
+    hm_engine_destroy(engine);
+    return HM_TEST_SKIP;
+  }
+  printf("# device: %s\n", hm_engine_device_name(engine));
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(dense_formats_match_reference),
+      cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(stream_k_is_deterministic),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_engine_destroy(engine);
+  hm_shutdown();
+  return rc;
+}

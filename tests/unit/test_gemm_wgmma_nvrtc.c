@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The wgmma GEMM kernel (sm_90a) on the CPU: every weight format it takes (u4 with and
+ * without zero points, i4, u8, i8, f16, bf16; groups 32/64/128 and per channel; f16 and
+ * bf16 activations and outputs, bias, global scale) and every GEMM type compile with
+ * NVRTC, with launch metadata that matches the host's accounting and no wgmma
+ * serialization reported by ptxas; configs it cannot run are refused by name; and the
+ * default selection uses it on sm_90 for >= 33 rows per expert only where it applies.
+ */
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/gemm_config_wgmma.h"
+#include "kernels/gemm_gen.h"
+#include "kernels/gemm_launch.h"
+#include "kernels/gemm_select.h"
+#include "test_jit_util.h"
+
+typedef struct format {
+  hm_dtype weight;
+  int group;
+  bool zero_point;
+  hm_dtype act, out;
+  bool bias, global_scale;
+} format;
+
+static const format formats[] = {
+    {HM_U4, 128, true, HM_BF16, HM_BF16, false, false},  {HM_U4, 64, true, HM_F16, HM_F16, true, false},
+    {HM_U4, 32, false, HM_BF16, HM_F16, false, true},    {HM_U4, 0, true, HM_F16, HM_BF16, false, false},
+    {HM_I4, 128, false, HM_BF16, HM_BF16, true, false},  {HM_I4, 64, false, HM_F16, HM_F16, false, false},
+    {HM_U8, 128, false, HM_BF16, HM_BF16, false, false}, {HM_U8, 64, true, HM_F16, HM_F16, false, false},
+    {HM_I8, 0, false, HM_BF16, HM_BF16, true, false},    {HM_I8, 32, false, HM_F16, HM_F16, false, false},
+    {HM_BF16, 0, false, HM_BF16, HM_BF16, true, false},  {HM_F16, 0, false, HM_F16, HM_F16, false, false},
+};
+
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+static const hm_gemm_tuning shapes[] = {
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 128 columns, N = 128 */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 256 */
+    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* N = 64, data-parallel only */
+    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups along tokens, N = 96 */
+    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 192 */
+    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},  /* N = 32, 2 CTAs an SM */
+};
+
+static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
+  hm_gemm_config c;
+  memset(&c, 0, sizeof(c));
+  const bool quant = hm_gemm_weight_bits(f->weight) < 16;
+  c.layer = (hm_gemm_layer_part){
+      f->weight,       f->act,     f->out, quant ? f->group : 0,          f->zero_point, f->bias,
+      f->global_scale, 4096 + 576, 7168,   type == HM_GEMM_DENSE ? 1 : 64};
+  c.compute.type = type;
+  c.arch = 90;
+  c.tuning = *t;
+  if (!quant) { /* 16-bit units are four times as large: as the selection does, shallower stages */
+    c.tuning.bk = 64;
+    if (c.tuning.stages > 4) c.tuning.stages = 4;
+  }
+  return c;
+}
+
+typedef struct batch {
+  hm_gemm_config cfg[64];
+  hm_gemm_source src[64];
+  int count;
+} batch;
+
+static void add(batch *b, const hm_gemm_config *c) {
+  assert_true(b->count < (int)HM_ARRAY_SIZE(b->cfg));
+  HM_ASSERT_OK(hm_gemm_config_check(c));
+  b->cfg[b->count] = *c;
+  HM_ASSERT_OK(hm_gemm_gen(c, &b->src[b->count]));
+  assert_true(b->src[b->count].src.arch_specific);
+  assert_non_null(strstr(b->src[b->count].name, "_wgmma"));
+  b->count++;
+}
+
+/* ptxas reports a wgmma pipeline it had to serialize as C7515 (or C7510, C7520). */
+static void assert_no_serialization(const hm_cubin *c, const char *name) {
+  char path[512];
+  tj_entry_file(tj_cache_dir, c->key, "log.txt", path, sizeof(path));
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return; /* a log is optional in an entry; an empty one is not written */
+  char line[1024];
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, "wgmma") && strstr(line, "serialized")) fail_msg("%s: %s", name, line);
+  fclose(f);
+}
+
+static void every_format_and_type_compiles_for_sm90a(void **state) {
+  (void)state;
+  static batch b;
+  b.count = 0;
+  /* Formats rotate over the GEMM types and shapes; the first format takes every type. */
+  for (size_t i = 0; i < HM_ARRAY_SIZE(formats); i++) {
+    const hm_gemm_config c =
+        config_of(&formats[i], (hm_gemm_type)(i % 4), &shapes[i % HM_ARRAY_SIZE(shapes)]);
+    add(&b, &c);
+  }
+  for (int t = 1; t < 4; t++) {
+    const hm_gemm_config c = config_of(&formats[0], (hm_gemm_type)t, &shapes[t]);
+    add(&b, &c);
+  }
+  hm_kernel_source srcs[HM_ARRAY_SIZE(b.cfg)];
+  const hm_cubin *outs[HM_ARRAY_SIZE(b.cfg)];
+  for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
+  const hm_status st = hm_jit_get_cubins(srcs, b.count, outs);
+  for (int i = 0; i < b.count; i++)
+    if (outs[i] == NULL) printf("FAILED: %s\n", srcs[i].name);
+  if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
+  for (int i = 0; i < b.count; i++) {
+    Elf64_Ehdr eh;
+    memcpy(&eh, outs[i]->data, sizeof(eh));
+    assert_int_equal((eh.e_flags >> 8) & 0xff, 90);
+    hm_kernel_meta meta;
+    HM_ASSERT_OK(hm_cubin_kernel_meta(outs[i], b.src[i].name, &meta));
+    assert_true(meta.present);
+    assert_int_equal(meta.threads, hm_gemm_config_threads(&b.cfg[i]));
+    assert_int_equal(meta.shared_bytes, hm_gemm_config_smem_bytes(&b.cfg[i]));
+    assert_no_serialization(outs[i], b.src[i].name);
+    hm_gemm_source_free(&b.src[i]);
+  }
+  printf("%d wgmma kernels compiled for sm_90a\n", b.count);
+}
+
+static void expect_refused(const hm_gemm_config *c, hm_status want, const char *words) {
+  assert_int_equal(hm_gemm_config_check(c), want);
+  if (strstr(hm_last_error(), words) == NULL)
+    fail_msg("error '%s' does not name '%s'", hm_last_error(), words);
+}
+
+static void configs_it_cannot_run_are_refused(void **state) {
+  (void)state;
+  const hm_gemm_config good = config_of(&formats[0], HM_GEMM_DENSE, &shapes[0]);
+  HM_ASSERT_OK(hm_gemm_config_check(&good));
+  hm_gemm_config c = good;
+  c.arch = 89;
+  expect_refused(&c, HM_UNSUPPORTED, "sm_89");
+  c = good;
+  c.arch = 100;
+  expect_refused(&c, HM_UNSUPPORTED, "sm_100");
+  c = good;
+  c.layer.weight = HM_U3;
+  expect_refused(&c, HM_UNSUPPORTED, hm_dtype_name(HM_U3));
+  c = good;
+  c.tuning.warps_n = 6;
+  c.tuning.bn = 192;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "warps_n");
+  c = good;
+  c.tuning.warps_k = 2;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "warps_k");
+  c = good;
+  c.tuning.bm = 80; /* 80 tokens for one warpgroup: not a multiple of 32 */
+  expect_refused(&c, HM_INVALID_ARGUMENT, "bm=80");
+  c = good;
+  c.tuning.bm = 256; /* 2 x 64 columns x 256 tokens: 256 accumulators */
+  expect_refused(&c, HM_INVALID_ARGUMENT, "accumulators");
+  c = good;
+  c.tuning.stages = 2;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "stages");
+  c = good;
+  c.tuning.mma = (hm_gemm_mma)7;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "mma=7");
+  c = good;
+  c.tuning.stages = 8;
+  c.tuning.bk = 256;
+  expect_refused(&c, HM_UNSUPPORTED, "shared memory");
+  /* The same tile on mma.sync is another kernel. */
+  char a[256], m[256];
+  hm_gemm_config_name(&good, a, sizeof(a));
+  c = good;
+  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC};
+  HM_ASSERT_OK(hm_gemm_config_check(&c));
+  hm_gemm_config_name(&c, m, sizeof(m));
+  assert_string_not_equal(a, m);
+}
+
+/* Shared memory: the pipeline or the staged f32 output tile, whichever is larger, plus maps. */
+static void shared_memory_accounting(void **state) {
+  (void)state;
+  const hm_gemm_config c = config_of(&formats[0], HM_GEMM_GROUPED_MASKED, &shapes[0]);
+  /* u4 g128, bm 128, bn 256, bk 64: A 16384 + units 8192 + scales 512 + zeros 256 -> 25600 a stage. */
+  const size_t pipe = 25600 * 6, staged = 128 * (256 * 4 + 8);
+  assert_int_equal(hm_gemm_wgmma_smem_bytes(&c),
+                   1024 + (pipe > staged ? pipe : staged) + 3 * 128 * 4 + 4 + 64 * 4);
+  assert_int_equal(hm_gemm_config_smem_bytes(&c), hm_gemm_wgmma_smem_bytes(&c));
+  assert_int_equal(hm_gemm_wgmma_acc_regs(&c.tuning), 128);
+  /* Stream-K: counters for 4 CTAs per SM (rounded to 256 bytes), then 2 partial tiles a CTA. */
+  assert_int_equal(hm_gemm_workspace_bytes(&c, 132), 2304 + (size_t)2 * 132 * 128 * 256 * 4);
+}
+
+static hm_gemm_config base_of(const format *f, hm_gemm_type type, int arch, bool invariant) {
+  hm_gemm_config c = config_of(f, type, &shapes[0]);
+  memset(&c.tuning, 0, sizeof(c.tuning));
+  c.arch = arch;
+  c.compute.batch_invariant = invariant;
+  return c;
+}
+
+static void selection_uses_wgmma_where_it_applies(void **state) {
+  (void)state;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(formats); i++)
+    for (int type = 0; type < 4; type++) {
+      const hm_gemm_config base = base_of(&formats[i], (hm_gemm_type)type, 90, false);
+      const int64_t experts = type == HM_GEMM_DENSE ? 1 : base.layer.experts;
+      hm_gemm_config small, mid, large;
+      HM_ASSERT_OK(hm_gemm_select(&base, 32 * experts, &small));
+      HM_ASSERT_OK(hm_gemm_select(&base, 64 * experts, &mid));
+      HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
+      assert_int_equal(small.tuning.mma, HM_MMA_SYNC);
+      assert_int_equal(mid.tuning.mma, HM_MMA_WGMMA);
+      assert_int_equal(large.tuning.mma, HM_MMA_WGMMA);
+      assert_true(large.tuning.bm >= mid.tuning.bm);
+    }
+  /* Formats it does not take, other archs and batch-invariant layers stay on mma.sync. */
+  const format u3 = {HM_U3, 128, true, HM_BF16, HM_BF16, false, false};
+  const struct {
+    const format *f;
+    int arch;
+    bool invariant;
+  } stay[] = {{&u3, 90, false}, {&formats[0], 89, false}, {&formats[0], 80, false}, {&formats[0], 90, true}};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(stay); i++) {
+    const hm_gemm_config base = base_of(stay[i].f, HM_GEMM_INDEXED, stay[i].arch, stay[i].invariant);
+    hm_gemm_plan plan;
+    HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+    for (int j = 0; j < plan.count; j++) assert_int_equal(plan.cfg[j].tuning.mma, HM_MMA_SYNC);
+  }
+  /* Few columns: the tile narrows, a warpgroup keeps its four warps. */
+  hm_gemm_config narrow = base_of(&formats[0], HM_GEMM_DENSE, 90, false), pick;
+  narrow.layer.n = 100;
+  HM_ASSERT_OK(hm_gemm_select(&narrow, 4096, &pick));
+  assert_int_equal(pick.tuning.mma, HM_MMA_WGMMA);
+  assert_int_equal(pick.tuning.bn, 128);
+  assert_int_equal(pick.tuning.warps_n, 4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(configs_it_cannot_run_are_refused),
+      cmocka_unit_test(shared_memory_accounting),
+      cmocka_unit_test(selection_uses_wgmma_where_it_applies),
+      cmocka_unit_test_setup_teardown(every_format_and_type_compiles_for_sm90a, tj_setup, tj_teardown),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_shutdown();
+  return rc;
+}

@@ -5,7 +5,7 @@
  * ranked by a cost model built on the roofline (tile and wave quantization, bytes in
  * flight per SM, Stream-K when few tiles would leave SMs idle, MoE rows per expert).
  * A layer's kernels are chosen per bucket of valid M; the tuner (tuner.h) measures the
- * same buckets and its winners (tune_table.h) are asked first.
+ * same buckets and its winners (tune_table.h) are asked first (choose_engine.h).
  */
 #ifndef HM_CHOOSE_H
 #define HM_CHOOSE_H
@@ -65,15 +65,5 @@ hm_status hm_choose_ranked(const hm_layer_config *lc, hm_gemm_type type, const h
 /* One config per bucket, adjacent equal ones merged: the kernel table of a layer. */
 hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
                          hm_gemm_plan *out);
-
-/*
- * What a layer on engine should run for valid M in (m_lo, m_hi]: the tuning table's
- * winner for this device, driver and library when HUMMING_TUNING=1 and one is stored,
- * else the analytic choice on the engine's profile.
- */
-hm_status hm_heuristics_choose_tuning(hm_engine *engine, const hm_layer_config *lc, hm_gemm_type type, int64_t m_lo,
-                                      int64_t m_hi, hm_gemm_tuning *out);
-/* The kernel table of a layer on engine, bucket by bucket as hm_heuristics_choose_tuning. */
-hm_status hm_heuristics_plan(hm_engine *engine, const hm_layer_config *lc, hm_gemm_type type, hm_gemm_plan *out);
 
 #endif

@@ -10,27 +10,29 @@
 
 #include "check.h"
 #include "heuristics/choose.h"
+#include "kernels/gemm_config_wgmma.h"
 
 #define MAX_THREADS_PER_SM 2048
 #define REGS_PER_SM 65536
 /* Registers a GEMM thread needs beside its accumulators: addresses, fragments, dequant. */
 #define BASE_REGS_PER_THREAD 64
 
-static const int bms[] = {16, 32, 64, 128, 256};
+static const int bms[] = {8, 16, 32, 64, 128, 256};
 static const int bns[] = {64, 128, 256};
 static const int bks[] = {64, 128, 256};
 static const int warp_counts[] = {1, 2, 4};
 static const int stage_counts[] = {2, 3, 4, 6, 8};
 static const int ctas_per_sm[] = {1, 2, 3, 4};
 static const int sk_min_iters = 4;
+/* The wgmma kernel's (sm_90): tokens per warpgroup 32..256, warpgroups of 4 warps along n. */
+static const int wgmma_bms[] = {64, 128, 192, 256};
+static const int wgmma_bks[] = {64, 128};
+static const int wgmma_warps_m[] = {1, 2};
+static const int wgmma_warps_n[] = {4, 8};
+static const int wgmma_stage_counts[] = {3, 4, 5, 6};
 
-/* The kernel's own tile rules, without recording an error for each refusal. */
-static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
-  if (t->bm % (16 * t->warps_m) != 0 || t->bn % (64 * t->warps_n) != 0) return false;
-  if ((t->bk / 16) % t->warps_k != 0) return false;
-  if ((t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4) return false;
-  const int threads = 32 * t->warps_m * t->warps_n * t->warps_k;
-  if (threads > 1024 || t->bm > threads) return false;
+/* Rules of both kernels that come from the layer: group and bk, padding, batch invariance. */
+static bool layer_fit_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   const int group = base->layer.group;
   if (group != 0 && group % t->bk != 0 && t->bk % group != 0) return false;
   /* A tile wider than the padded N only computes padding. */
@@ -42,6 +44,30 @@ static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   return true;
 }
 
+/* The wgmma kernel's warpgroup rules (gemm_config_wgmma.c), likewise without errors. */
+static bool wgmma_grid_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
+  if (!hm_gemm_wgmma_takes(base) || base->compute.batch_invariant) return false;
+  if (t->warps_k != 1 || t->warps_n % 4 != 0 || t->bn % (64 * (t->warps_n / 4)) != 0) return false;
+  const int rows = t->bm / t->warps_m;
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 || hm_gemm_wgmma_acc_regs(t) > 128) return false;
+  return t->stages >= 3 && t->bm <= 32 * t->warps_m * t->warps_n;
+}
+
+/* The kernel's own tile rules, without recording an error for each refusal. */
+static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
+  if (t->mma == HM_MMA_WGMMA) return wgmma_grid_ok(base, t) && layer_fit_ok(base, t);
+  const int acc_rows = hm_gemm_acc_rows(t);
+  if (t->bm == 8 ? t->warps_m != 1 : t->bm % (16 * t->warps_m) != 0) return false;
+  if (t->bn % (64 * t->warps_n) != 0) return false;
+  if ((t->bk / 16) % t->warps_k != 0) return false;
+  if ((acc_rows / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4) return false;
+  const int threads = 32 * t->warps_m * t->warps_n * t->warps_k;
+  if (threads > 1024 || acc_rows > threads) return false;
+  /* The swapped 8-row tile: quantized weights only, and one MMA shape under batch invariance. */
+  if (t->bm == 8 && (hm_gemm_weight_bits(base->layer.weight) == 16 || base->compute.batch_invariant)) return false;
+  return layer_fit_ok(base, t);
+}
+
 static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t smem = hm_gemm_config_smem_bytes(cfg);
@@ -49,7 +75,8 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
     return false;
   const int threads = hm_gemm_config_threads(cfg);
   if (threads * t->ctas_per_sm > MAX_THREADS_PER_SM) return false;
-  const int acc_regs = (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
+  const int acc_regs = t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_acc_regs(t)
+                                              : (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
   return (BASE_REGS_PER_THREAD + acc_regs) * threads * t->ctas_per_sm <= REGS_PER_SM;
 }
 
@@ -97,6 +124,27 @@ static hm_status push_tile(const hm_gemm_config *base, const hm_device_profile *
   return HM_OK;
 }
 
+/* Every wgmma tile, warpgroup grid, depth, schedule and occupancy. */
+static hm_status push_wgmma(const hm_gemm_config *base, const hm_device_profile *p, hm_gemm_tuning **items,
+                            int *count, int *cap) {
+  for (size_t m = 0; m < HM_ARRAY_SIZE(wgmma_bms); m++)
+    for (size_t nn = 0; nn < HM_ARRAY_SIZE(bns); nn++)
+      for (size_t k = 0; k < HM_ARRAY_SIZE(wgmma_bks); k++)
+        for (size_t wm = 0; wm < HM_ARRAY_SIZE(wgmma_warps_m); wm++)
+          for (size_t wn = 0; wn < HM_ARRAY_SIZE(wgmma_warps_n); wn++)
+            for (size_t s = 0; s < HM_ARRAY_SIZE(wgmma_stage_counts); s++)
+              for (int c = 1; c <= 2; c++)
+                for (int sk = 0; sk < 2; sk++) {
+                  const hm_gemm_tuning t = {.bm = wgmma_bms[m], .bn = bns[nn], .bk = wgmma_bks[k],
+                                            .warps_m = wgmma_warps_m[wm], .warps_n = wgmma_warps_n[wn],
+                                            .warps_k = 1, .stages = wgmma_stage_counts[s], .stream_k = sk == 1,
+                                            .sk_min_iters = sk == 1 ? sk_min_iters : 0, .ctas_per_sm = c,
+                                            .mma = HM_MMA_WGMMA};
+                  HM_CHECK(push_legal(base, p, &t, items, count, cap));
+                }
+  return HM_OK;
+}
+
 hm_status hm_choose_candidates(const hm_gemm_config *base, const hm_device_profile *profile, hm_gemm_tuning **out,
                                int *count) {
   HM_CHECK_NOT_NULL(base);
@@ -114,6 +162,8 @@ hm_status hm_choose_candidates(const hm_gemm_config *base, const hm_device_profi
         hm_gemm_tuning t = {.bm = bms[m], .bn = bns[nn], .bk = bks[k]};
         HM_CHECK_GOTO(push_tile(base, profile, t, &items, &n, &cap), fail);
       }
+  if (hm_gemm_wgmma_takes(base) && !base->compute.batch_invariant)
+    HM_CHECK_GOTO(push_wgmma(base, profile, &items, &n, &cap), fail);
   *out = items;
   *count = n;
   return HM_OK;

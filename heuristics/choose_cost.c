@@ -42,9 +42,26 @@ static double effective_experts(const hm_layer_config *lc, hm_gemm_type type, co
   return r->active_experts > 1.0 ? r->active_experts : 1.0;
 }
 
+/*
+ * mma.sync on sm_90 tops out near 2.5 TFLOP/s an SM (328 TFLOP/s measured on an H200,
+ * whose profile rate is wgmma's): a cap, so that devices with a slow tensor rate (H20)
+ * see none of it.
+ */
+#define MMA_SYNC_SM90_TFLOPS_PER_SM 2.5
+#define WARPGROUPS_TO_FILL_SM 2.0
+
+/* Fraction of the tensor rate a resident set of wgmma warpgroup tiles reaches: the wider
+ * the wgmma N (tokens), the less register-A dequant per MMA. */
+static double wgmma_tile_efficiency(const hm_gemm_tuning *t) {
+  const int n = t->bm / t->warps_m;
+  const double per_tile = n >= 128 ? 0.9 : n >= 64 ? 0.75 : 0.6;
+  const double warpgroups_per_sm = (double)t->warps_m * (t->warps_n / 4) * t->ctas_per_sm;
+  return per_tile * fmin(1.0, warpgroups_per_sm / WARPGROUPS_TO_FILL_SM);
+}
+
 /* Fraction of the tensor rate a resident set of mma.sync warp tiles reaches. */
 static double warp_tile_efficiency(const hm_gemm_tuning *t) {
-  const int frags = (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64);
+  const int frags = (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64);
   const double per_tile = frags >= 4 ? 0.85 : frags >= 2 ? 0.7 : 0.55;
   const double warps_per_sm = (double)t->warps_m * t->warps_n * t->warps_k * t->ctas_per_sm;
   return per_tile * fmin(1.0, warps_per_sm / WARPS_TO_FILL_SM);
@@ -65,7 +82,8 @@ static double busy_ctas(const hm_gemm_tuning *t, double tiles, double k_iters, i
 static double pipeline_bytes_in_flight(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const double stage = (double)hm_gemm_config_smem_bytes(cfg) / t->stages;
-  return stage * (t->stages - 1);
+  /* The wgmma ring keeps one more stage out of loading: the one its last wgmmas still read. */
+  return stage * (t->stages - (t->mma == HM_MMA_WGMMA ? 2 : 1));
 }
 
 hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg, int64_t valid_m,
@@ -93,7 +111,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double reread_bytes = r.weight_bytes * (m_tiles_per_expert - 1) + r.act_bytes * (n_tiles - 1);
   const double per_expert = experts > 0 ? r.weight_bytes / experts : 0;
   const double reread_rate = per_expert + r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
-  const double fixup_bytes = t->stream_k ? 2.0 * p->sm_count * t->ctas_per_sm * t->bm * t->bn * 4 : 0;
+  const double fixup_bytes = t->stream_k ? 2.0 * p->sm_count * t->ctas_per_sm * hm_gemm_acc_rows(t) * t->bn * 4 : 0;
   out->mem_us = (dram_bytes + (reread_bytes / reread_rate + fixup_bytes / L2_BW_FACTOR)) / stream_bytes_us;
 
   const double padded_flops = 2.0 * experts * m_tiles_per_expert * t->bm * n_tiles * t->bn * k_iters * t->bk;
@@ -102,7 +120,10 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const bool quantized = hm_gemm_weight_bits(cfg->layer.weight) < 16;
   const double dequant_weights = quantized ? tiles * t->bn * k_iters * t->bk : 0.0;
   const double dequant_us = dequant_weights / (DEQUANT_WEIGHTS_PER_SM_US * p->sm_count * sm_share);
-  out->compute_us = tensor_us / (sm_share * warp_tile_efficiency(t)) + dequant_us;
+  double efficiency = t->mma == HM_MMA_WGMMA ? wgmma_tile_efficiency(t) : warp_tile_efficiency(t);
+  if (t->mma == HM_MMA_SYNC && cfg->arch >= 90)
+    efficiency *= fmin(1.0, MMA_SYNC_SM90_TFLOPS_PER_SM * p->sm_count / p->tflops_f16);
+  out->compute_us = tensor_us / (sm_share * efficiency) + dequant_us;
 
   out->roofline_us = r.predicted_us;
   out->busy_ctas = busy;

@@ -1,100 +1,166 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The choice a layer makes on an engine: the node's tuning table first (when
- * HUMMING_TUNING=1), the analytic choice on the engine's profile otherwise. Serving
- * only reads the table; tuning happens in `humming-moe tune` alone.
+ * The kernel table a layer runs on an engine (see choose_engine.h). The heuristic plan
+ * is made once for all buckets (one candidate enumeration); under auto and tuned each
+ * bucket then takes the tuning table's entry when one is stored and still legal.
  */
 #include <string.h>
 
 #include "check.h"
-#include "heuristics/choose.h"
+#include "engine.h"
+#include "heuristics/choose_engine.h"
 #include "heuristics/tune_table.h"
 #include "kernels/cache.h"
 #include "log.h"
 #include "params.h"
 
-/* The node's table for engine, or an empty one when tuning is off or there is no cache dir. */
-static hm_status load_table(hm_engine *engine, hm_tune_table *t, hm_tune_identity *id) {
-  memset(t, 0, sizeof(*t));
-  if (!hm_param_tuning()) return HM_OK;
+static const char *const source_names[HM_PLAN_SOURCE_COUNT] = {"auto", "heuristic", "tuned", "default"};
+
+const char *hm_plan_source_name(hm_plan_source source) {
+  return (unsigned)source < HM_PLAN_SOURCE_COUNT ? source_names[source] : "invalid";
+}
+
+hm_status hm_plan_source_parse(const char *name, hm_plan_source *out) {
+  HM_CHECK_NOT_NULL(name);
+  HM_CHECK_NOT_NULL(out);
+  for (int i = 0; i < HM_PLAN_SOURCE_COUNT; i++)
+    if (strcmp(name, source_names[i]) == 0) {
+      *out = (hm_plan_source)i;
+      return HM_OK;
+    }
+  HM_FAIL(HM_INVALID_ARGUMENT, "GEMM plan source '%s': expected auto, heuristic, tuned or default", name);
+}
+
+hm_status hm_plan_source_from_env(hm_plan_source *out) {
+  HM_CHECK_NOT_NULL(out);
+  const char *v = hm_param_gemm_plan();
+  if (hm_plan_source_parse(v, out) != HM_OK)
+    HM_FAIL(HM_INVALID_ARGUMENT, "HUMMING_GEMM_PLAN=%s: expected auto, heuristic, tuned or default", v);
+  return HM_OK;
+}
+
+hm_status hm_heuristics_arch(hm_engine *engine, int *arch) {
+  HM_CHECK_NOT_NULL(engine);
+  HM_CHECK_NOT_NULL(arch);
+  if (engine->kind == HM_BACKEND_CUDA) {
+    *arch = engine->arch;
+    return HM_OK;
+  }
+  hm_device_profile p;
+  HM_CHECK(hm_device_profile_for_engine(engine, &p));
+  *arch = p.arch;
+  return HM_OK;
+}
+
+typedef struct plan_ctx {
+  hm_gemm_config base;
+  char key[192]; /* hm_tune_layer_key of base */
+  hm_tune_table table;
+  hm_tune_identity id;
+} plan_ctx;
+
+/* The node's table under this engine's identity; a missing cache dir is an empty table. */
+static hm_status load_table(hm_engine *engine, hm_plan_source source, plan_ctx *c) {
   char root[1024];
-  if (hm_cache_default_root(root, sizeof(root)) != HM_OK) return HM_OK;
-  HM_CHECK(hm_tune_identity_for_engine(engine, id));
-  return hm_tune_table_load(root, t);
+  if (hm_cache_default_root(root, sizeof(root)) != HM_OK) {
+    if (source == HM_PLAN_TUNED)
+      HM_WARN(TUNE, "no tuning table (no cache dir): %s", hm_last_error());
+    else
+      HM_INFO(TUNE, "no tuning table (no cache dir): %s", hm_last_error());
+    return HM_OK;
+  }
+  HM_CHECK(hm_tune_identity_for_engine(engine, &c->id));
+  return hm_tune_table_load(root, &c->table);
 }
 
 /* The stored winner for (m_lo, m_hi] if there is one and the kernel still accepts it. */
-static bool tuned_choice(const hm_tune_table *t, const hm_tune_identity *id, const hm_gemm_config *base,
-                         int64_t m_lo, int64_t m_hi, hm_gemm_tuning *out) {
-  char layer[192];
-  hm_tune_layer_key(base, layer, sizeof(layer));
-  const hm_tune_entry *e = hm_tune_table_lookup(t, id, layer, m_lo, m_hi);
+static bool tuned_choice(const plan_ctx *c, int64_t m_lo, int64_t m_hi, hm_gemm_tuning *out) {
+  const hm_tune_entry *e = hm_tune_table_lookup(&c->table, &c->id, c->key, m_lo, m_hi);
   if (e == NULL) return false;
-  hm_gemm_config cfg = *base;
+  hm_gemm_config cfg = c->base;
   cfg.tuning = e->tuning;
   if (hm_gemm_config_check(&cfg) != HM_OK) {
-    HM_WARN(TUNE, "tuned config for %s M in (%lld, %lld] is no longer legal: %s", layer, (long long)m_lo,
-            (long long)m_hi, hm_last_error());
+    HM_WARN(TUNE, "tuned config for %s M in (%lld, %lld] is no longer legal, the heuristic's serves: %s",
+            c->key, (long long)m_lo, (long long)m_hi, hm_last_error());
     return false;
   }
   *out = e->tuning;
   return true;
 }
 
-static hm_status choose_one(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *p,
-                            const hm_tune_table *t, const hm_tune_identity *id, int64_t m_lo, int64_t m_hi,
-                            hm_gemm_tuning *out) {
-  hm_gemm_config base, pick;
-  HM_CHECK(hm_gemm_config_from_layer(lc, type, p->arch, &base));
-  if (tuned_choice(t, id, &base, m_lo, m_hi, out)) return HM_OK;
-  HM_CHECK(hm_choose_config(lc, type, p, m_lo, m_hi, &pick, NULL));
-  *out = pick.tuning;
+/* Appends (m_hi, tuning, source), widening the last entry when it has the same tuning and source. */
+static void push(hm_layer_plan *out, const hm_gemm_config *base, int64_t m_hi, const hm_gemm_tuning *t,
+                 hm_plan_source source) {
+  hm_gemm_plan *p = &out->plan;
+  const int last = p->count - 1;
+  if (last >= 0 && out->source[last] == source && hm_choose_tuning_equal(&p->cfg[last].tuning, t)) {
+    p->m_hi[last] = m_hi;
+    return;
+  }
+  p->cfg[p->count] = *base;
+  p->cfg[p->count].tuning = *t;
+  p->m_hi[p->count] = m_hi;
+  out->source[p->count++] = source;
+}
+
+static hm_status bucketed_plan(hm_engine *engine, const hm_layer_config *lc, hm_plan_source source,
+                               plan_ctx *c, hm_layer_plan *out) {
+  hm_device_profile p;
+  HM_CHECK(hm_device_profile_for_engine(engine, &p));
+  if (p.arch != c->base.arch)
+    HM_INFO(TUNE, "profile %s (sm_%d) ranks kernels for sm_%d, the arch the layer runs on", p.name, p.arch,
+            c->base.arch);
+  p.arch = c->base.arch;
+  hm_gemm_plan heuristic;
+  HM_CHECK(hm_choose_plan(lc, c->base.compute.type, &p, &heuristic));
+  if (source != HM_PLAN_HEURISTIC) HM_CHECK(load_table(engine, source, c));
+  for (int b = 0; b < hm_choose_bucket_count(); b++) {
+    int64_t lo, hi;
+    hm_choose_bucket(lc, c->base.compute.type, b, &lo, &hi);
+    hm_gemm_tuning tuned;
+    if (source != HM_PLAN_HEURISTIC && tuned_choice(c, lo, hi, &tuned)) {
+      push(out, &c->base, hi, &tuned, HM_PLAN_TUNED);
+      out->tuned_buckets++;
+      continue;
+    }
+    push(out, &c->base, hi, &heuristic.cfg[hm_gemm_plan_pick(&heuristic, hi)].tuning, HM_PLAN_HEURISTIC);
+    out->heuristic_buckets++;
+  }
+  const bool tunable = c->base.compute.type == HM_GEMM_DENSE || c->base.compute.type == HM_GEMM_INDEXED;
+  if (source == HM_PLAN_TUNED && out->heuristic_buckets > 0 && tunable)
+    HM_WARN(TUNE,
+            "HUMMING_GEMM_PLAN=tuned: %d of %d buckets of %s have no tuning-table entry for %s (%s); the "
+            "heuristic's choice serves them (run humming-moe tune)",
+            out->heuristic_buckets, hm_choose_bucket_count(), c->key, c->id.device, c->id.driver);
+  else if (source == HM_PLAN_TUNED && !tunable)
+    HM_INFO(TUNE,
+            "%s: the tuner times dense and indexed GEMMs only; the heuristic's choice serves this layout",
+            c->key);
   return HM_OK;
 }
 
-hm_status hm_heuristics_choose_tuning(hm_engine *engine, const hm_layer_config *lc, hm_gemm_type type, int64_t m_lo,
-                                      int64_t m_hi, hm_gemm_tuning *out) {
-  HM_CHECK_NOT_NULL(engine);
-  HM_CHECK_NOT_NULL(lc);
-  HM_CHECK_NOT_NULL(out);
-  hm_device_profile p;
-  hm_tune_table t;
-  hm_tune_identity id;
-  HM_CHECK(hm_device_profile_for_engine(engine, &p));
-  HM_CHECK(load_table(engine, &t, &id));
-  hm_status ret = choose_one(lc, type, &p, &t, &id, m_lo, m_hi, out);
-  hm_tune_table_free(&t);
-  return ret;
-}
-
-hm_status hm_heuristics_plan(hm_engine *engine, const hm_layer_config *lc, hm_gemm_type type, hm_gemm_plan *out) {
+hm_status hm_heuristics_layer_plan(hm_engine *engine, const hm_layer_config *lc, hm_gemm_type type, int arch,
+                                   hm_plan_source source, hm_layer_plan *out) {
   HM_CHECK_NOT_NULL(engine);
   HM_CHECK_NOT_NULL(lc);
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
-  hm_device_profile p;
-  hm_tune_table t;
-  hm_tune_identity id;
-  hm_gemm_config base;
-  HM_CHECK(hm_device_profile_for_engine(engine, &p));
-  HM_CHECK(hm_gemm_config_from_layer(lc, type, p.arch, &base));
-  HM_CHECK(load_table(engine, &t, &id));
-  hm_status ret = HM_OK;
-  for (int b = 0; b < hm_choose_bucket_count(); b++) {
-    int64_t lo, hi;
-    hm_gemm_tuning tuning;
-    hm_choose_bucket(lc, type, b, &lo, &hi);
-    HM_CHECK_GOTO(choose_one(lc, type, &p, &t, &id, lo, hi, &tuning), done);
-    const int last = out->count - 1;
-    if (last >= 0 && hm_choose_tuning_equal(&out->cfg[last].tuning, &tuning)) {
-      out->m_hi[last] = hi;
-      continue;
-    }
-    out->cfg[out->count] = base;
-    out->cfg[out->count].tuning = tuning;
-    out->m_hi[out->count++] = hi;
+  if ((unsigned)source >= HM_PLAN_SOURCE_COUNT)
+    HM_FAIL(HM_INVALID_ARGUMENT, "GEMM plan source %d", (int)source);
+  plan_ctx c;
+  memset(&c, 0, sizeof(c));
+  HM_CHECK(hm_gemm_config_from_layer(lc, type, arch, &c.base));
+  hm_tune_layer_key(&c.base, c.key, sizeof(c.key));
+  if (source == HM_PLAN_DEFAULT) {
+    HM_CHECK(hm_gemm_plan_make(&c.base, &out->plan));
+    for (int i = 0; i < out->plan.count; i++) out->source[i] = HM_PLAN_DEFAULT;
+    HM_INFO(GEMM, "kernel table of %s: default, %d kernels", c.key, out->plan.count);
+    return HM_OK;
   }
-done:
-  hm_tune_table_free(&t);
+  hm_status ret = bucketed_plan(engine, lc, source, &c, out);
+  hm_tune_table_free(&c.table);
+  if (ret == HM_OK)
+    HM_INFO(GEMM, "kernel table of %s: %s, %d kernels (%d buckets tuned, %d heuristic)", c.key,
+            hm_plan_source_name(source), out->plan.count, out->tuned_buckets, out->heuristic_buckets);
   return ret;
 }

@@ -9,17 +9,19 @@
 #include "heuristics/tune_table.h"
 
 static json_t *tuning_to_json(const hm_gemm_tuning *t) {
-  return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i}", "bm", t->bm, "bn", t->bn, "bk", t->bk,
-                   "warps_m", t->warps_m, "warps_n", t->warps_n, "warps_k", t->warps_k, "stages", t->stages,
-                   "stream_k", t->stream_k, "sk_min_iters", t->sk_min_iters, "ctas_per_sm", t->ctas_per_sm);
+  return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i, s:i}", "bm", t->bm, "bn", t->bn, "bk",
+                   t->bk, "warps_m", t->warps_m, "warps_n", t->warps_n, "warps_k", t->warps_k, "stages",
+                   t->stages, "stream_k", t->stream_k, "sk_min_iters", t->sk_min_iters, "ctas_per_sm",
+                   t->ctas_per_sm, "mma", (int)t->mma);
 }
 
 static json_t *entry_to_json(const hm_tune_entry *e) {
   json_t *tuning = tuning_to_json(&e->tuning);
   if (tuning == NULL) return NULL;
-  return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:f, s:f}", "device", e->id.device, "driver", e->id.driver,
-                   "library", e->id.library, "layer", e->layer, "m_lo", (json_int_t)e->m_lo, "m_hi",
-                   (json_int_t)e->m_hi, "tuning", tuning, "tuned_us", e->tuned_us, "heuristic_us", e->heuristic_us);
+  return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:f, s:f}", "device", e->id.device, "driver",
+                   e->id.driver, "library", e->id.library, "layer", e->layer, "m_lo", (json_int_t)e->m_lo,
+                   "m_hi", (json_int_t)e->m_hi, "tuning", tuning, "tuned_us", e->tuned_us, "heuristic_us",
+                   e->heuristic_us);
 }
 
 hm_status hm_tune_table_to_json(const hm_tune_table *t, char **text) {
@@ -49,14 +51,18 @@ static bool copy_str(json_t *obj, const char *key, char *dst, size_t len) {
   return true;
 }
 
+/* "mma" is optional: tables written before the wgmma kernels existed hold mma.sync tunings. */
 static bool tuning_from_json(json_t *o, hm_gemm_tuning *t) {
-  int sk = 0;
+  int sk = 0, mma = HM_MMA_SYNC;
   memset(t, 0, sizeof(*t));
-  if (json_unpack(o, "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i}", "bm", &t->bm, "bn", &t->bn, "bk", &t->bk,
-                  "warps_m", &t->warps_m, "warps_n", &t->warps_n, "warps_k", &t->warps_k, "stages", &t->stages,
-                  "stream_k", &sk, "sk_min_iters", &t->sk_min_iters, "ctas_per_sm", &t->ctas_per_sm) != 0)
+  if (json_unpack(o, "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i, s?i}", "bm", &t->bm, "bn", &t->bn,
+                  "bk", &t->bk, "warps_m", &t->warps_m, "warps_n", &t->warps_n, "warps_k", &t->warps_k,
+                  "stages", &t->stages, "stream_k", &sk, "sk_min_iters", &t->sk_min_iters, "ctas_per_sm",
+                  &t->ctas_per_sm, "mma", &mma) != 0)
     return false;
+  if (mma != HM_MMA_SYNC && mma != HM_MMA_WGMMA) return false;
   t->stream_k = sk != 0;
+  t->mma = (hm_gemm_mma)mma;
   return true;
 }
 

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "heuristics/choose_engine.h"
 #include "heuristics/tuner.h"
 #include "heuristics/tuner_bench.h"
 #include "kernels/gemm_gen.h"
@@ -147,6 +148,8 @@ hm_status hm_tuner_run(hm_engine *engine, const hm_tune_request *req, hm_tune_re
   hm_device_profile p;
   hm_tune_identity id;
   HM_CHECK(hm_device_profile_for_engine(engine, &p));
+  /* A profile named in HUMMING_DEVICE_PROFILE ranks candidates; they are built for this GPU. */
+  HM_CHECK(hm_heuristics_arch(engine, &p.arch));
   HM_CHECK(hm_tune_identity_for_engine(engine, &id));
   bucket_work *work = calloc(HM_GEMM_PLAN_MAX, sizeof(*work));
   if (work == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "tuner work");

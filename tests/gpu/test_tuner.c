@@ -2,13 +2,15 @@
 /*
  * The tuner on a GPU: one small MoE layer is tuned, its entries land in the table
  * under this device's key, every tuned time is at most the analytic choice's, and the
- * layer's plan on this engine then answers with the tuned configs.
+ * layer's plan on this engine (auto and tuned sources) then answers with the tuned
+ * configs.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "heuristics/choose_engine.h"
 #include "heuristics/tuner.h"
 #include "hm_test.h"
 #include "kernels/cache.h"
@@ -31,19 +33,26 @@ static void tune_one_small_layer(void **state) {
   HM_ASSERT_OK(hm_tune_table_store(root, r.entries, r.count));
   hm_tune_table t;
   hm_tune_identity id;
+  hm_layer_plan plans[2];
   HM_ASSERT_OK(hm_tune_table_load(root, &t));
   HM_ASSERT_OK(hm_tune_identity_for_engine(engine, &id));
+  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, HM_GEMM_INDEXED, hm_engine_arch(engine), HM_PLAN_AUTO,
+                                        &plans[0]));
+  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, HM_GEMM_INDEXED, hm_engine_arch(engine), HM_PLAN_TUNED,
+                                        &plans[1]));
   for (int i = 0; i < r.count; i++) {
     const hm_tune_bucket *b = &r.buckets[i];
-    printf("# M %6lld  heuristic %8.2f us  default %8.2f us  tuned %8.2f us  predicted %8.2f us\n", (long long)b->m,
-           b->heuristic_us, b->default_us, b->tuned_us, b->predicted_us);
+    printf("# M %6lld  heuristic %8.2f us  default %8.2f us  tuned %8.2f us  predicted %8.2f us\n",
+           (long long)b->m, b->heuristic_us, b->default_us, b->tuned_us, b->predicted_us);
     assert_true(b->tuned_us > 0 && b->tuned_us <= b->heuristic_us);
     const hm_tune_entry *e = hm_tune_table_lookup(&t, &id, r.entries[i].layer, b->m_lo, b->m_hi);
     assert_non_null(e);
     assert_true(hm_choose_tuning_equal(&e->tuning, &b->tuned));
-    hm_gemm_tuning chosen;
-    HM_ASSERT_OK(hm_heuristics_choose_tuning(engine, &lc, HM_GEMM_INDEXED, b->m_lo, b->m_hi, &chosen));
-    assert_true(hm_choose_tuning_equal(&chosen, &b->tuned));
+    for (int p = 0; p < 2; p++) {
+      const int at = hm_gemm_plan_pick(&plans[p].plan, b->m);
+      assert_true(hm_choose_tuning_equal(&plans[p].plan.cfg[at].tuning, &b->tuned));
+      assert_int_equal(plans[p].source[at], HM_PLAN_TUNED);
+    }
   }
   hm_tune_table_free(&t);
 }

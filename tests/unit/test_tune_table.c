@@ -47,7 +47,8 @@ static hm_tune_entry entry(hm_tune_identity id, const char *layer, int64_t lo, i
   snprintf(e.layer, sizeof(e.layer), "%s", layer);
   e.m_lo = lo;
   e.m_hi = hi;
-  e.tuning = (hm_gemm_tuning){bm, 256, 128, 1, 4, 2, 4, true, 4, 1};
+  e.tuning = (hm_gemm_tuning){.bm = bm, .bn = 256, .bk = 128, .warps_m = 1, .warps_n = 4, .warps_k = 2, .stages = 4,
+                              .stream_k = true, .sk_min_iters = 4, .ctas_per_sm = 1};
   e.tuned_us = 10.5;
   e.heuristic_us = 12.25;
   return e;

@@ -84,6 +84,10 @@ const char *hm_engine_device_name(const hm_engine *engine) {
 
 int hm_engine_arch(const hm_engine *engine) { return engine ? engine->arch : 0; }
 
+int hm_engine_device(const hm_engine *engine) {
+  return engine && engine->kind == HM_BACKEND_CUDA ? engine->device : -1;
+}
+
 hm_status hm_stream_create(hm_engine *engine, hm_stream **out) {
   HM_CHECK_NOT_NULL(engine);
   HM_CHECK_NOT_NULL(out);

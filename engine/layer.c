@@ -48,12 +48,11 @@ hm_status hm_layer_create(hm_engine *engine, const hm_layer_config *config, hm_l
   if (l == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "layer");
   l->engine = engine;
   l->cfg = *config;
-  if (engine->kind == HM_BACKEND_CUDA) {
-    hm_status st = hm_layer_cuda_check(l);
-    if (st != HM_OK) {
-      free(l);
-      return st;
-    }
+  hm_status st = hm_plan_source_from_env(&l->plan_source);
+  if (st == HM_OK && engine->kind == HM_BACKEND_CUDA) st = hm_layer_cuda_check(l);
+  if (st != HM_OK) {
+    free(l);
+    return st;
   }
   *out = l;
   return HM_OK;
@@ -69,8 +68,7 @@ void hm_layer_destroy(hm_layer *l) {
 
 static size_t bias_bytes(const hm_layer *l) { return (size_t)(l->cfg.experts * l->cfg.n) * 2; }
 
-/* Installs fresh host weights and bias; the layer owns them from here on. */
-static void install(hm_layer *l, hm_host_weights *w, void *bias) {
+void hm_layer_install(hm_layer *l, hm_host_weights *w, void *bias) {
   hm_host_weights_free(&l->host);
   free(l->host_bias);
   l->host = *w;
@@ -86,7 +84,7 @@ static hm_status copy_array(void *dst, const void *src, int64_t count, size_t el
   return HM_OK;
 }
 
-static hm_status check_bias_arg(const hm_layer *l, const void *bias) {
+hm_status hm_layer_check_bias(const hm_layer *l, const void *bias) {
   if (l->cfg.bias && bias == NULL) HM_FAIL(HM_INVALID_ARGUMENT, "the layer has a bias: pass one");
   if (!l->cfg.bias && bias != NULL) HM_FAIL(HM_INVALID_ARGUMENT, "the layer has no bias (config.bias is false)");
   return HM_OK;
@@ -95,7 +93,7 @@ static hm_status check_bias_arg(const hm_layer *l, const void *bias) {
 hm_status hm_layer_load(hm_layer *l, const hm_weights_view *w) {
   HM_CHECK_NOT_NULL(l);
   HM_CHECK_NOT_NULL(w);
-  HM_CHECK(check_bias_arg(l, w->bias));
+  HM_CHECK(hm_layer_check_bias(l, w->bias));
   const hm_quant_format *f = &l->cfg.scheme.weight;
   const int64_t e = l->cfg.experts, n = l->cfg.n, k = l->cfg.k;
   hm_status ret = HM_OK;
@@ -114,7 +112,7 @@ hm_status hm_layer_load(hm_layer *l, const hm_weights_view *w) {
     if (bias == NULL) HM_FAIL_GOTO(HM_OUT_OF_MEMORY, fail, "layer bias of %zu bytes", bias_bytes(l));
     memcpy(bias, w->bias, bias_bytes(l));
   }
-  install(l, &fresh, bias);
+  hm_layer_install(l, &fresh, bias);
   return HM_OK;
 fail:
   hm_host_weights_free(&fresh);
@@ -125,7 +123,7 @@ fail:
 hm_status hm_layer_quantize(hm_layer *l, const float *weights, const float *bias) {
   HM_CHECK_NOT_NULL(l);
   HM_CHECK_NOT_NULL(weights);
-  HM_CHECK(check_bias_arg(l, bias));
+  HM_CHECK(hm_layer_check_bias(l, bias));
   hm_status ret = HM_OK;
   hm_host_weights fresh;
   memset(&fresh, 0, sizeof(fresh));
@@ -137,7 +135,7 @@ hm_status hm_layer_quantize(hm_layer *l, const float *weights, const float *bias
     if (out_bias == NULL) HM_FAIL_GOTO(HM_OUT_OF_MEMORY, fail, "layer bias of %zu bytes", bias_bytes(l));
     HM_CHECK_GOTO(hm_convert_from_f32(l->cfg.out, bias, out_bias, l->cfg.experts * l->cfg.n), fail);
   }
-  install(l, &fresh, out_bias);
+  hm_layer_install(l, &fresh, out_bias);
   return HM_OK;
 fail:
   hm_host_weights_free(&fresh);
@@ -150,6 +148,7 @@ hm_status hm_layer_transform(hm_layer *l, hm_stream *stream) {
   if (!l->loaded) HM_FAIL(HM_NOT_READY, "layer transform before load or quantize");
   if (stream != NULL && stream->engine != l->engine)
     HM_FAIL(HM_INVALID_ARGUMENT, "layer transform on a stream of another engine");
+  HM_CHECK(hm_layer_make_plans(l));
   if (l->engine->kind == HM_BACKEND_CUDA) HM_CHECK(hm_layer_cuda_transform(l, stream));
   l->transformed = true;
   return HM_OK;
@@ -166,17 +165,7 @@ hm_status hm_layer_forward(hm_layer *l, const hm_gemm_args *args, hm_stream *str
 }
 
 hm_status hm_layer_gemm_base(const hm_layer *l, hm_gemm_type type, hm_gemm_config *out) {
-  /* The host backend answers block_m for the arch most deployments run: sm_90. */
-  const int arch = l->engine->kind == HM_BACKEND_CUDA ? l->engine->arch : 90;
+  int arch = 0;
+  HM_CHECK(hm_heuristics_arch(l->engine, &arch));
   return hm_gemm_config_from_layer(&l->cfg, type, arch, out);
-}
-
-int hm_layer_block_m(const hm_layer *l, int64_t valid_m) {
-  if (l == NULL) return 0;
-  const hm_layer_table *t = &l->dev.tables[HM_GEMM_INDEXED];
-  if (t->built) return t->plan.cfg[hm_gemm_plan_pick(&t->plan, valid_m)].tuning.bm;
-  hm_gemm_config base, pick;
-  if (hm_layer_gemm_base(l, HM_GEMM_INDEXED, &base) != HM_OK || hm_gemm_select(&base, valid_m, &pick) != HM_OK)
-    return 16;
-  return pick.tuning.bm;
 }

@@ -163,31 +163,34 @@ static hm_status ensure_workspace(hm_layer *l, size_t bytes) {
   return HM_OK;
 }
 
-/* Builds the tables of several GEMM types, compiling all their kernels in one batch. */
+/*
+ * Builds the tables of several GEMM types from the layer's plans (heuristics, tuning
+ * table or defaults: hm_layer_plan_get), compiling all their kernels in one batch.
+ */
 static hm_status build_tables(hm_layer *l, const hm_gemm_type *types, int type_count) {
   hm_status ret = HM_OK;
   hm_gemm_source srcs[HM_LAYER_TYPES * HM_GEMM_PLAN_MAX];
   hm_kernel_source ksrc[HM_LAYER_TYPES * HM_GEMM_PLAN_MAX];
   const hm_cubin *cubins[HM_LAYER_TYPES * HM_GEMM_PLAN_MAX];
+  const hm_layer_plan *plans[HM_LAYER_TYPES];
   int count = 0;
   memset(srcs, 0, sizeof(srcs));
   size_t ws = 0;
   for (int i = 0; i < type_count; i++) {
-    hm_layer_table *t = &l->dev.tables[types[i]];
-    hm_gemm_config base;
-    HM_CHECK_GOTO(hm_layer_gemm_base(l, types[i], &base), done);
-    HM_CHECK_GOTO(hm_gemm_plan_make(&base, &t->plan), done);
-    for (int j = 0; j < t->plan.count; j++, count++) {
-      HM_CHECK_GOTO(hm_gemm_gen(&t->plan.cfg[j], &srcs[count]), done);
+    HM_CHECK_GOTO(hm_layer_plan_get(l, types[i], &plans[i]), done);
+    const hm_gemm_plan *plan = &plans[i]->plan;
+    for (int j = 0; j < plan->count; j++, count++) {
+      HM_CHECK_GOTO(hm_gemm_gen(&plan->cfg[j], &srcs[count]), done);
       ksrc[count] = srcs[count].src;
-      size_t b = hm_gemm_workspace_bytes(&t->plan.cfg[j], l->engine->sm_count);
+      size_t b = hm_gemm_workspace_bytes(&plan->cfg[j], l->engine->sm_count);
       if (b > ws) ws = b;
     }
   }
   HM_CHECK_GOTO(hm_jit_get_cubins(ksrc, count, cubins), done);
   for (int i = 0, c = 0; i < type_count; i++) {
     hm_layer_table *t = &l->dev.tables[types[i]];
-    for (int j = 0; j < t->plan.count; j++, c++) HM_CHECK_GOTO(hm_kernel_get(l->engine, &ksrc[c], &t->kernels[j]), done);
+    for (int j = 0; j < plans[i]->plan.count; j++, c++)
+      HM_CHECK_GOTO(hm_kernel_get(l->engine, &ksrc[c], &t->kernels[j]), done);
     t->built = true;
   }
   ret = ensure_workspace(l, ws);
@@ -215,18 +218,11 @@ fail:
 
 /* The table entry for args; indexed metadata must be padded to a multiple of its bm. */
 static hm_status pick_kernel(const hm_layer *l, const hm_gemm_args *args, int *out) {
-  const hm_layer_table *t = &l->dev.tables[args->type];
-  int i = hm_gemm_plan_pick(&t->plan, hm_gemm_valid_m(args, l->cfg.experts));
-  if (args->type != HM_GEMM_INDEXED || (args->block_m > 0 && args->block_m % t->plan.cfg[i].tuning.bm == 0)) {
-    *out = i;
-    return HM_OK;
-  }
-  for (int j = i - 1; j >= 0; j--)
-    if (args->block_m > 0 && args->block_m % t->plan.cfg[j].tuning.bm == 0) {
-      *out = j;
-      return HM_OK;
-    }
-  HM_FAIL(HM_INVALID_ARGUMENT, "indexed forward: block_m=%d is not a multiple of any kernel's bm (use hm_layer_block_m)",
+  const hm_gemm_plan *plan = &l->plans[args->type].plan;
+  *out = hm_layer_plan_entry(plan, args->type, hm_gemm_valid_m(args, l->cfg.experts), args->block_m);
+  if (*out >= 0) return HM_OK;
+  HM_FAIL(HM_INVALID_ARGUMENT,
+          "indexed forward: block_m=%d is not a multiple of any kernel's bm (use hm_layer_block_m)",
           args->block_m);
 }
 
@@ -240,5 +236,6 @@ hm_status hm_layer_cuda_forward(hm_layer *l, const hm_gemm_args *args, hm_stream
   HM_CHECK(pick_kernel(l, args, &i));
   const hm_layer_table *t = &l->dev.tables[args->type];
   const hm_gemm_operands ops = {l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
-  return hm_gemm_launch(t->kernels[i], &t->plan.cfg[i], l->engine->sm_count, &ops, args, l->dev.workspace, stream);
+  return hm_gemm_launch(t->kernels[i], &l->plans[args->type].plan.cfg[i], l->engine->sm_count, &ops, args,
+                        l->dev.workspace, stream);
 }

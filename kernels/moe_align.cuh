@@ -6,6 +6,8 @@
  * it: earlier tiles (a per-tile count, scanned) plus earlier ids of its own tile (warp
  * match, then the earlier warps' counts). Small inputs run in one block (fused); large
  * ones in three kernels: count per tile, scan, scatter.
+ * With an appended expert (a MoE layer's shared expert run as expert E - 1), each token's
+ * last of top_k slots is that expert and the ids hold only the other top_k - 1 columns.
  * Also the row permutation that copies rows of x into expert order.
  * The parameter structs are plain C so that moe/align_cuda.c shares their layout.
  * Specialized by HM_ALIGN_E (alignment) or HM_PERMUTE (permutation).
@@ -36,6 +38,8 @@ struct hm_moe_align_params {
   int layout;            /* HM_ALIGN_INDEXED, _CONTIGUOUS or _MASKED */
   int block_m;
   int max_m;
+  int top_k;             /* slots per token, the appended one included */
+  int appended;          /* 1: slot top_k - 1 of every token is expert E - 1 */
 };
 
 struct hm_moe_permute_params {
@@ -54,8 +58,16 @@ struct hm_moe_permute_params {
 
 __device__ __forceinline__ int hm_align_expert(const hm_moe_align_params &p, long long i) {
   if (i >= p.n) return -1;
-  int e = p.topk_ids[i];
-  return e >= 0 && e < HM_ALIGN_E ? e : -1;
+  if (!p.appended) {
+    const int e = p.topk_ids[i];
+    return e >= 0 && e < HM_ALIGN_E ? e : -1;
+  }
+  const long long t = i / p.top_k;
+  const int j = (int)(i - t * p.top_k);
+  if (j == p.top_k - 1) return HM_ALIGN_E - 1;
+  /* A caller's id may not name the appended expert: it is not one of theirs. */
+  const int e = p.topk_ids[t * (p.top_k - 1) + j];
+  return e >= 0 && e < HM_ALIGN_E - 1 ? e : -1;
 }
 
 __device__ __forceinline__ int hm_align_padded(const hm_moe_align_params &p, int count) {
@@ -144,9 +156,10 @@ __device__ int hm_align_tile_rank(int e, int *warp_counts) {
   return rank;
 }
 
-/* Places id i (expert e, rank within the expert) in its layout. */
-__device__ void hm_align_scatter(const hm_moe_align_params &p, long long i, int e, int rank, const int *offsets) {
-  if (i >= p.n) return;
+/* Places id i (expert e, rank within the expert) in its layout; returns its row. */
+__device__ int hm_align_scatter(const hm_moe_align_params &p, long long i, int e, int rank,
+                                const int *offsets) {
+  if (i >= p.n) return -1;
   int row = -1;
   if (e >= 0 && p.layout == HM_ALIGN_MASKED) {
     if (rank < p.max_m) row = e * p.max_m + rank;
@@ -159,14 +172,18 @@ __device__ void hm_align_scatter(const hm_moe_align_params &p, long long i, int 
     }
   }
   if (p.row_of) p.row_of[i] = row;
+  return row;
 }
 
 __device__ void hm_align_zero(int *a, int count) {
   for (int i = threadIdx.x; i < count; i += HM_ALIGN_THREADS) a[i] = 0;
 }
 
-/* One block does everything: for inputs of a few thousand ids (decode). */
-extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_fused(hm_moe_align_params p) {
+/*
+ * One block does everything: for inputs of a few thousand ids (decode). rows, when not
+ * NULL, gets row_of as well (shared memory of the calling kernel). Every thread calls it.
+ */
+__device__ void hm_align_in_block(const hm_moe_align_params &p, int *rows) {
   __shared__ int counts[HM_ALIGN_E], running[HM_ALIGN_E], offsets[HM_ALIGN_E + 1];
   __shared__ int warp_counts[HM_ALIGN_WARPS * HM_ALIGN_E];
   __shared__ int warp_sums[HM_ALIGN_WARPS];
@@ -187,13 +204,18 @@ extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_fuse
     const int e = hm_align_expert(p, i);
     int rank = hm_align_tile_rank(e, warp_counts);
     if (e >= 0) rank += running[e];
-    hm_align_scatter(p, i, e, rank, offsets);
+    const int row = hm_align_scatter(p, i, e, rank, offsets);
+    if (rows && i < p.n) rows[i] = row;
     __syncthreads();
     for (int x = threadIdx.x; x < HM_ALIGN_E; x += HM_ALIGN_THREADS)
       for (int w = 0; w < HM_ALIGN_WARPS; w++) running[x] += warp_counts[w * HM_ALIGN_E + x];
     __syncthreads();
   }
   hm_align_fill_padding(p, counts, offsets, threadIdx.x, HM_ALIGN_THREADS);
+}
+
+extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_fused(hm_moe_align_params p) {
+  hm_align_in_block(p, nullptr);
 }
 
 /* Large inputs, kernel 1 of 3: each block counts its tile's ids per expert. */
@@ -247,8 +269,9 @@ extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_scat
 
 #endif
 
-#if defined(__CUDACC__) && defined(HM_PERMUTE)
+#if defined(__CUDACC__) && (defined(HM_PERMUTE) || defined(HM_ALIGN_E))
 
+/* Copies a row with the whole block, 16 bytes a load when sizes and addresses allow. */
 __device__ __forceinline__ void hm_permute_copy(unsigned char *dst, const unsigned char *src, long long bytes) {
   const bool vector = ((bytes | (long long)(unsigned long long)dst | (long long)(unsigned long long)src) & 15) == 0;
   if (vector) {
@@ -259,6 +282,10 @@ __device__ __forceinline__ void hm_permute_copy(unsigned char *dst, const unsign
   }
   for (long long c = threadIdx.x; c < bytes; c += blockDim.x) dst[c] = src[c];
 }
+
+#endif
+
+#if defined(__CUDACC__) && defined(HM_PERMUTE)
 
 /* One block per (token, slot): dst[row_of[i]] = src[i / top_k]. */
 extern "C" __global__ void __launch_bounds__(256) hm_moe_permute(hm_moe_permute_params p) {

@@ -4,8 +4,11 @@
  * so that a decode step of one token still spreads over several SMs; eight columns a thread,
  * y[t] = sum_j w[t,j] * out[row_of[t,j]] (+ shared[t]) summed in f32 in j order with
  * fused multiply-adds, rounded to bf16 once: bit for bit the host combine (moe/combine.c).
+ * With an appended expert (the shared expert run by the routed GEMMs) row_of has TOP_K + 1
+ * columns and the last row is added with weight 1 where the shared buffer would be.
  * The parameter struct is plain C so that moe/combine.c shares its layout.
- * Specialized by HM_COMBINE_HIDDEN, HM_COMBINE_TOP_K and HM_COMBINE_SHARED (0 or 1).
+ * Specialized by HM_COMBINE_HIDDEN, HM_COMBINE_TOP_K, HM_COMBINE_SHARED and
+ * HM_COMBINE_APPENDED (0 or 1).
  */
 #ifndef HM_MOE_COMBINE_CUH
 #define HM_MOE_COMBINE_CUH
@@ -17,7 +20,7 @@
 
 struct hm_moe_combine_params {
   const unsigned short *expert_out; /* bf16 rows of HIDDEN in expert order */
-  const int *row_of;                /* [tokens, TOP_K], -1 skipped */
+  const int *row_of;                /* [tokens, TOP_K (+ 1 appended)], -1 skipped */
   const float *topk_weights;        /* [tokens, TOP_K] */
   const unsigned short *shared;     /* [tokens, HIDDEN] bf16, or NULL */
   unsigned short *y;                /* [tokens, HIDDEN] bf16 */
@@ -42,12 +45,12 @@ __device__ __forceinline__ void hm_combine_add(float *acc, const unsigned short 
 extern "C" __global__ void __launch_bounds__(HM_COMBINE_THREADS) hm_moe_combine(hm_moe_combine_params p) {
   const long long t = blockIdx.x;
   if (t >= p.tokens) return;
-  __shared__ int rows[HM_COMBINE_TOP_K];
+  const int slots = HM_COMBINE_TOP_K + HM_COMBINE_APPENDED;
+  __shared__ int rows[HM_COMBINE_TOP_K + HM_COMBINE_APPENDED];
   __shared__ float weights[HM_COMBINE_TOP_K];
-  if (threadIdx.x < HM_COMBINE_TOP_K) {
-    rows[threadIdx.x] = p.row_of[t * HM_COMBINE_TOP_K + threadIdx.x];
+  if (threadIdx.x < slots) rows[threadIdx.x] = p.row_of[t * slots + threadIdx.x];
+  if (threadIdx.x < HM_COMBINE_TOP_K)
     weights[threadIdx.x] = p.topk_weights[t * HM_COMBINE_TOP_K + threadIdx.x];
-  }
   __syncthreads();
   const bool vector = HM_COMBINE_HIDDEN % 8 == 0 &&
                       (((unsigned long long)p.expert_out | (unsigned long long)p.y |
@@ -61,6 +64,11 @@ extern "C" __global__ void __launch_bounds__(HM_COMBINE_THREADS) hm_moe_combine(
     if (rows[k] < 0) continue;
     hm_combine_add(acc, p.expert_out + (long long)rows[k] * HM_COMBINE_HIDDEN, c0, weights[k], vector);
   }
+#if HM_COMBINE_APPENDED
+  const int shared_row = rows[HM_COMBINE_TOP_K];
+  if (shared_row >= 0)
+    hm_combine_add(acc, p.expert_out + (long long)shared_row * HM_COMBINE_HIDDEN, c0, 1.0f, vector);
+#endif
 #if HM_COMBINE_SHARED
   hm_combine_add(acc, p.shared + t * HM_COMBINE_HIDDEN, c0, 1.0f, vector);
 #endif

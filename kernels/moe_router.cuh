@@ -4,7 +4,8 @@
  * (expert e on lane e % 32), selection by warp-wide arg-max. Same rules as the host
  * router (moe/router.c): choice order with ties to the lower index, group values,
  * weights from the scores, renormalize then scale.
- * The parameter struct is plain C so that moe/router_cuda.c shares its layout.
+ * The parameter struct is plain C so that moe/router.c shares its layout; hm_router_token
+ * also serves the decode front (moe_front.cuh).
  * Specialized by HM_ROUTER_E, HM_ROUTER_TOP_K, HM_ROUTER_GROUPS, HM_ROUTER_TOPK_GROUP,
  * HM_ROUTER_SIGMOID, HM_ROUTER_BIAS and HM_ROUTER_RENORM (0 or 1).
  */
@@ -141,10 +142,12 @@ __device__ __forceinline__ unsigned hm_router_groups(int lane, const float *choi
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(HM_ROUTER_WARPS * 32) hm_moe_router(hm_moe_router_params p) {
-  const int lane = threadIdx.x & 31;
-  const long long t = (long long)blockIdx.x * HM_ROUTER_WARPS + (threadIdx.x >> 5);
-  if (t >= p.tokens) return; /* whole warps leave together */
+/*
+ * Routes token t with the whole warp; lane 0 writes its TOP_K ids and weights (none when
+ * weights_out is NULL). Every lane of the warp must call it with the same t.
+ */
+__device__ __forceinline__ void hm_router_token(const hm_moe_router_params &p, long long t, int lane,
+                                                int *ids_out, float *weights_out) {
   float score[HM_ROUTER_PER_LANE], choice[HM_ROUTER_PER_LANE];
   hm_router_scores(p, t, lane, score, choice);
   const unsigned keep = hm_router_groups(lane, choice);
@@ -182,9 +185,16 @@ extern "C" __global__ void __launch_bounds__(HM_ROUTER_WARPS * 32) hm_moe_router
 #if HM_ROUTER_RENORM
     if (sum > 0.0f) w = w / sum;
 #endif
-    p.topk_ids[t * HM_ROUTER_TOP_K + k] = ids[k];
-    p.topk_weights[t * HM_ROUTER_TOP_K + k] = w * p.scaling;
+    ids_out[k] = ids[k];
+    if (weights_out) weights_out[k] = w * p.scaling;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(HM_ROUTER_WARPS * 32) hm_moe_router(hm_moe_router_params p) {
+  const int lane = threadIdx.x & 31;
+  const long long t = (long long)blockIdx.x * HM_ROUTER_WARPS + (threadIdx.x >> 5);
+  if (t >= p.tokens) return; /* whole warps leave together */
+  hm_router_token(p, t, lane, p.topk_ids + t * HM_ROUTER_TOP_K, p.topk_weights + t * HM_ROUTER_TOP_K);
 }
 
 #endif

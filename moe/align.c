@@ -65,23 +65,28 @@ hm_status hm_moe_align_get_sizes(const hm_moe_align_config *c, hm_moe_align_size
 }
 
 hm_status hm_moe_align_run(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
-                           const int32_t *topk_ids, const hm_moe_alignment *out, void *workspace) {
+                           bool appended, const int32_t *topk_ids, const hm_moe_alignment *out,
+                           void *workspace) {
   hm_moe_align_sizes sizes;
   HM_CHECK(hm_moe_align_get_sizes(c, &sizes));
   HM_CHECK_NOT_NULL(out);
+  if (appended && (c->experts < 2 || c->top_k < 2))
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "an appended expert needs experts = %lld and top_k = %d to count it and one more",
+            (long long)c->experts, c->top_k);
   if (c->tokens > 0) HM_CHECK_NOT_NULL(topk_ids);
   if (hm_moe_on_host(x)) {
-    HM_CHECK(hm_moe_align_host(c, &sizes, topk_ids, out));
+    HM_CHECK(hm_moe_align_host(c, appended, &sizes, topk_ids, out));
     x->launches++;
     return HM_OK;
   }
   HM_CHECK_NOT_NULL(workspace);
-  return hm_moe_align_cuda(x, slots, c, &sizes, topk_ids, out, workspace);
+  return hm_moe_align_cuda(x, slots, c, appended, &sizes, topk_ids, out, workspace);
 }
 
 hm_status hm_moe_align(hm_engine *engine, const hm_moe_align_config *config, const int32_t *topk_ids,
                        const hm_moe_alignment *out, void *workspace, hm_stream *stream) {
   HM_CHECK_NOT_NULL(engine);
   hm_moe_exec x = {.engine = engine, .stream = stream};
-  return hm_moe_align_run(&x, NULL, config, topk_ids, out, workspace);
+  return hm_moe_align_run(&x, NULL, config, false, topk_ids, out, workspace);
 }

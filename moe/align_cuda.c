@@ -32,14 +32,11 @@ hm_status hm_moe_align_kernels_get(hm_moe_exec *x, hm_moe_align_kernels *slots, 
   return get(x, &slots->scatter, "hm_moe_align_scatter", experts, &k);
 }
 
-hm_status hm_moe_align_cuda(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
-                            const hm_moe_align_sizes *sizes, const int32_t *topk_ids,
-                            const hm_moe_alignment *out, void *workspace) {
-  hm_moe_align_kernels none = {0};
-  if (slots == NULL) slots = &none;
-  int64_t n = c->tokens * c->top_k;
+void hm_moe_align_params_make(const hm_moe_align_config *c, bool appended, const hm_moe_align_sizes *sizes,
+                              const int32_t *topk_ids, const hm_moe_alignment *out, void *workspace,
+                              struct hm_moe_align_params *p) {
   int32_t *ws = workspace;
-  struct hm_moe_align_params p = {
+  *p = (struct hm_moe_align_params){
       .topk_ids = topk_ids,
       .row_of = out->row_of,
       .expert_counts = out->expert_counts,
@@ -48,15 +45,27 @@ hm_status hm_moe_align_cuda(hm_moe_exec *x, hm_moe_align_kernels *slots, const h
       .sorted_ids = out->sorted_ids,
       .expert_ids = out->expert_ids,
       .work_counts = ws,
-      .work_offsets = ws + c->experts,
-      .tile_counts = ws + (2 * c->experts + 1 + 63) / 64 * 64,
-      .n = n,
+      .work_offsets = ws ? ws + c->experts : NULL,
+      .tile_counts = ws ? ws + (2 * c->experts + 1 + 63) / 64 * 64 : NULL,
+      .n = c->tokens * c->top_k,
       .max_padded = sizes->max_padded,
       .max_blocks = sizes->max_blocks,
       .layout = kernel_layout(c->layout),
       .block_m = c->block_m,
       .max_m = (int)(c->max_m > 0 ? c->max_m : c->tokens),
+      .top_k = c->top_k,
+      .appended = appended,
   };
+}
+
+hm_status hm_moe_align_cuda(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
+                            bool appended, const hm_moe_align_sizes *sizes, const int32_t *topk_ids,
+                            const hm_moe_alignment *out, void *workspace) {
+  hm_moe_align_kernels none = {0};
+  if (slots == NULL) slots = &none;
+  struct hm_moe_align_params p;
+  hm_moe_align_params_make(c, appended, sizes, topk_ids, out, workspace, &p);
+  int64_t n = p.n;
   hm_kernel *k = NULL;
   if (n <= HM_MOE_ALIGN_FUSED_MAX_IDS) {
     HM_CHECK(get(x, &slots->fused, "hm_moe_align_fused", c->experts, &k));

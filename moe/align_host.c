@@ -9,14 +9,35 @@
 #include "check.h"
 #include "moe_internal.h"
 
-static hm_status count_rows(const hm_moe_align_config *c, const int32_t *ids, int32_t *counts) {
+/* The ids as the alignment reads them: with an appended expert, each token's last slot is it. */
+typedef struct align_ids {
+  const int32_t *ids;
+  bool appended;
+} align_ids;
+
+/* Expert of id i; *given (when not NULL) is where the caller's array holds it, -1 for the appended slot. */
+static int32_t id_at(const hm_moe_align_config *c, const align_ids *a, int64_t i, int64_t *given) {
+  int64_t at = i;
+  if (a->appended) {
+    int64_t t = i / c->top_k, j = i % c->top_k;
+    at = j == c->top_k - 1 ? -1 : t * (c->top_k - 1) + j;
+  }
+  if (given) *given = at;
+  return at < 0 ? (int32_t)(c->experts - 1) : a->ids[at];
+}
+
+static hm_status count_rows(const hm_moe_align_config *c, const align_ids *a, int32_t *counts) {
   int64_t n = c->tokens * c->top_k;
+  /* A caller's id may not name the appended expert: it is not one of theirs. */
+  int64_t callers = c->experts - a->appended;
   for (int64_t i = 0; i < n; i++) {
-    if (ids[i] == -1) continue;
-    if (ids[i] < -1 || ids[i] >= c->experts)
-      HM_FAIL(HM_INVALID_ARGUMENT, "topk_ids[%lld] = %d is outside [-1, experts = %lld)", (long long)i,
-              ids[i], (long long)c->experts);
-    counts[ids[i]]++;
+    int64_t given;
+    int32_t e = id_at(c, a, i, &given);
+    if (e == -1) continue;
+    if (given >= 0 && (e < -1 || e >= callers))
+      HM_FAIL(HM_INVALID_ARGUMENT, "topk_ids[%lld] = %d is outside [-1, experts = %lld)", (long long)given, e,
+              (long long)callers);
+    counts[e]++;
   }
   if (c->layout != HM_MOE_LAYOUT_MASKED) return HM_OK;
   int64_t max_m = c->max_m > 0 ? c->max_m : c->tokens;
@@ -52,12 +73,12 @@ static void write_meta(const hm_moe_align_config *c, const hm_moe_align_sizes *s
       out->expert_ids[b] = (int32_t)e;
 }
 
-static void place_rows(const hm_moe_align_config *c, const int32_t *ids, const int32_t *offsets,
+static void place_rows(const hm_moe_align_config *c, const align_ids *a, const int32_t *offsets,
                        int32_t *next, const hm_moe_alignment *out) {
   int64_t n = c->tokens * c->top_k;
   int64_t max_m = c->max_m > 0 ? c->max_m : c->tokens;
   for (int64_t i = 0; i < n; i++) {
-    int32_t e = ids[i], row = -1;
+    int32_t e = id_at(c, a, i, NULL), row = -1;
     if (e >= 0) {
       int32_t rank = next[e]++;
       if (c->layout == HM_MOE_LAYOUT_MASKED) {
@@ -73,8 +94,8 @@ static void place_rows(const hm_moe_align_config *c, const int32_t *ids, const i
   }
 }
 
-hm_status hm_moe_align_host(const hm_moe_align_config *c, const hm_moe_align_sizes *sizes, const int32_t *ids,
-                            const hm_moe_alignment *out) {
+hm_status hm_moe_align_host(const hm_moe_align_config *c, bool appended, const hm_moe_align_sizes *sizes,
+                            const int32_t *ids, const hm_moe_alignment *out) {
   hm_status ret = HM_OK;
   size_t E = (size_t)c->experts;
   int32_t *counts = calloc(E, sizeof(int32_t));
@@ -82,10 +103,11 @@ hm_status hm_moe_align_host(const hm_moe_align_config *c, const hm_moe_align_siz
   int32_t *offsets = calloc(E + 1, sizeof(int32_t));
   if (counts == NULL || next == NULL || offsets == NULL)
     HM_FAIL_GOTO(HM_OUT_OF_MEMORY, done, "alignment scratch for %zu experts", E);
-  HM_CHECK_GOTO(count_rows(c, ids, counts), done);
+  align_ids a = {ids, appended};
+  HM_CHECK_GOTO(count_rows(c, &a, counts), done);
   if (c->layout != HM_MOE_LAYOUT_MASKED) write_offsets(c, counts, offsets);
   write_meta(c, sizes, counts, offsets, out);
-  place_rows(c, ids, offsets, next, out);
+  place_rows(c, &a, offsets, next, out);
 done:
   free(counts);
   free(next);

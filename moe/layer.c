@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hm_moe_layer: configuration checks, the four GEMM layers (routed gate_up and down with
- * an expert dimension, shared gate_up and down dense), weights, router bias, transform.
+ * hm_moe_layer: configuration checks, the GEMM layers (routed gate_up and down with an
+ * expert dimension; shared experts as one more expert of those, or as a dense pair when
+ * their width differs), weights, router bias, transform.
  */
 #include <stdlib.h>
 
@@ -50,11 +51,21 @@ static hm_status make_gemm(hm_moe_layer *l, int64_t n, int64_t k, int64_t expert
   return hm_layer_create(l->engine, &c, out);
 }
 
+/*
+ * Shared experts of total width I are one more routed expert that every token takes with
+ * weight 1: the GEMMs serve them without a pair of dense launches and an activation.
+ */
+static bool can_fuse_shared(const hm_moe_config *c, int64_t shared_width) {
+  return shared_width == c->intermediate && c->router.experts < HM_MOE_MAX_EXPERTS &&
+         c->router.top_k < HM_MOE_MAX_TOP_K;
+}
+
 static hm_status make_gemms(hm_moe_layer *l) {
   const hm_moe_config *c = &l->cfg;
-  HM_CHECK(make_gemm(l, l->gate_up_rows, c->hidden, c->router.experts, &l->gate_up));
-  HM_CHECK(make_gemm(l, c->hidden, c->intermediate, c->router.experts, &l->down));
-  if (l->shared_width == 0) return HM_OK;
+  int64_t experts = c->router.experts + l->shared_fused;
+  HM_CHECK(make_gemm(l, l->gate_up_rows, c->hidden, experts, &l->gate_up));
+  HM_CHECK(make_gemm(l, c->hidden, c->intermediate, experts, &l->down));
+  if (l->shared_width == 0 || l->shared_fused) return HM_OK;
   int64_t rows = c->activation == HM_MOE_ACT_RELU2 ? l->shared_width : 2 * l->shared_width;
   HM_CHECK(make_gemm(l, rows, c->hidden, 1, &l->shared_gate_up));
   return make_gemm(l, c->hidden, l->shared_width, 1, &l->shared_down);
@@ -73,16 +84,17 @@ hm_status hm_moe_layer_create(hm_engine *engine, const hm_moe_config *config, hm
   l->gate_up_rows = config->activation == HM_MOE_ACT_RELU2 ? config->intermediate : 2 * config->intermediate;
   int64_t per_shared = config->shared_intermediate > 0 ? config->shared_intermediate : config->intermediate;
   l->shared_width = config->shared_experts * per_shared;
+  l->shared_fused = can_fuse_shared(config, l->shared_width);
   l->last_layout = HM_MOE_LAYOUT_AUTO;
   HM_CHECK_GOTO(make_gemms(l), fail);
-  if (l->shared_width > 0 && hm_engine_backend(engine) == HM_BACKEND_CUDA)
+  if (l->shared_width > 0 && !l->shared_fused && hm_engine_backend(engine) == HM_BACKEND_CUDA)
     HM_CHECK_GOTO(hm_stream_create(engine, &l->side), fail);
   if (config->router.correction_bias)
     HM_CHECK_GOTO(
         hm_mem_alloc(engine, (size_t)config->router.experts * sizeof(float), (void **)&l->router_bias), fail);
-  HM_INFO(MOE, "MoE layer H=%lld I=%lld E=%lld top_k=%d shared=%lld", (long long)config->hidden,
+  HM_INFO(MOE, "MoE layer H=%lld I=%lld E=%lld top_k=%d shared=%lld%s", (long long)config->hidden,
           (long long)config->intermediate, (long long)config->router.experts, config->router.top_k,
-          (long long)l->shared_width);
+          (long long)l->shared_width, l->shared_fused ? " (run as expert E of the routed GEMMs)" : "");
   *out = l;
   return HM_OK;
 fail:
@@ -103,13 +115,21 @@ void hm_moe_layer_destroy(hm_moe_layer *l) {
   free(l);
 }
 
+hm_moe_weights_at hm_moe_weights_of(const hm_moe_layer *l, bool shared) {
+  int64_t routed = l->cfg.router.experts, all = routed + l->shared_fused;
+  if (!shared) return (hm_moe_weights_at){l->gate_up, l->down, 0, routed, all};
+  if (l->shared_fused) return (hm_moe_weights_at){l->gate_up, l->down, routed, 1, all};
+  return (hm_moe_weights_at){l->shared_gate_up, l->shared_down, 0, 1, 1};
+}
+
 hm_status hm_moe_layer_quantize(hm_moe_layer *l, const float *gate_up, const float *down) {
   HM_CHECK_NOT_NULL(l);
   HM_CHECK_NOT_NULL(gate_up);
   HM_CHECK_NOT_NULL(down);
   l->loaded = l->transformed = false;
-  HM_CHECK(hm_layer_quantize(l->gate_up, gate_up, NULL));
-  HM_CHECK(hm_layer_quantize(l->down, down, NULL));
+  hm_moe_weights_at at = hm_moe_weights_of(l, false);
+  HM_CHECK(hm_layer_quantize_experts(at.gate_up, at.first, at.count, gate_up, NULL));
+  HM_CHECK(hm_layer_quantize_experts(at.down, at.first, at.count, down, NULL));
   l->loaded = true;
   return HM_OK;
 }
@@ -119,8 +139,9 @@ hm_status hm_moe_layer_load(hm_moe_layer *l, const hm_weights_view *gate_up, con
   HM_CHECK_NOT_NULL(gate_up);
   HM_CHECK_NOT_NULL(down);
   l->loaded = l->transformed = false;
-  HM_CHECK(hm_layer_load(l->gate_up, gate_up));
-  HM_CHECK(hm_layer_load(l->down, down));
+  hm_moe_weights_at at = hm_moe_weights_of(l, false);
+  HM_CHECK(hm_layer_load_experts(at.gate_up, at.first, at.count, gate_up));
+  HM_CHECK(hm_layer_load_experts(at.down, at.first, at.count, down));
   l->loaded = true;
   return HM_OK;
 }
@@ -137,8 +158,9 @@ hm_status hm_moe_layer_quantize_shared(hm_moe_layer *l, const float *gate_up, co
   HM_CHECK_NOT_NULL(down);
   HM_CHECK(check_shared(l));
   l->shared_loaded = l->transformed = false;
-  HM_CHECK(hm_layer_quantize(l->shared_gate_up, gate_up, NULL));
-  HM_CHECK(hm_layer_quantize(l->shared_down, down, NULL));
+  hm_moe_weights_at at = hm_moe_weights_of(l, true);
+  HM_CHECK(hm_layer_quantize_experts(at.gate_up, at.first, at.count, gate_up, NULL));
+  HM_CHECK(hm_layer_quantize_experts(at.down, at.first, at.count, down, NULL));
   l->shared_loaded = true;
   return HM_OK;
 }
@@ -150,8 +172,9 @@ hm_status hm_moe_layer_load_shared(hm_moe_layer *l, const hm_weights_view *gate_
   HM_CHECK_NOT_NULL(down);
   HM_CHECK(check_shared(l));
   l->shared_loaded = l->transformed = false;
-  HM_CHECK(hm_layer_load(l->shared_gate_up, gate_up));
-  HM_CHECK(hm_layer_load(l->shared_down, down));
+  hm_moe_weights_at at = hm_moe_weights_of(l, true);
+  HM_CHECK(hm_layer_load_experts(at.gate_up, at.first, at.count, gate_up));
+  HM_CHECK(hm_layer_load_experts(at.down, at.first, at.count, down));
   l->shared_loaded = true;
   return HM_OK;
 }
@@ -176,7 +199,7 @@ hm_status hm_moe_layer_transform(hm_moe_layer *l, hm_stream *stream) {
   l->transformed = false;
   HM_CHECK(hm_layer_transform(l->gate_up, stream));
   HM_CHECK(hm_layer_transform(l->down, stream));
-  if (l->shared_width > 0) {
+  if (l->shared_gate_up != NULL) {
     HM_CHECK(hm_layer_transform(l->shared_gate_up, stream));
     HM_CHECK(hm_layer_transform(l->shared_down, stream));
   }

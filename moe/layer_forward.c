@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One forward of the MoE layer, stage by stage (hm_moe_stage order): router, alignment,
- * permutation, gate_up GEMM, activation, down GEMM, shared experts, combine; on a GPU the
- * shared experts run on a side stream beside the routed GEMMs unless profiling. Nothing
+ * permutation, gate_up GEMM, activation, down GEMM, shared experts, combine. A decode
+ * step runs the first three as one kernel (front.c), timed as the router stage. Shared
+ * experts fused into the routed GEMMs (layer.c) ride along with the routed rows; a dense
+ * shared pair runs on a side stream beside the routed GEMMs unless profiling. Nothing
  * waits on the host once the workspace is large enough, so a forward can be captured
  * in a CUDA graph after hm_moe_layer_reserve and a warm-up forward.
  */
@@ -27,22 +29,16 @@ static void *at(const hm_moe_fwd *f, size_t offset) {
   return offset == HM_MOE_NONE ? NULL : (char *)f->l->workspace + offset;
 }
 
-static hm_status stage_router(hm_moe_fwd *f) {
-  if (f->args->topk_ids != NULL) {
-    f->ids = f->args->topk_ids;
-    f->weights = f->args->topk_weights;
-    return HM_OK;
-  }
-  int32_t *ids = at(f, f->p->ids);
-  float *weights = at(f, f->p->weights);
-  f->ids = ids;
-  f->weights = weights;
-  return hm_moe_route_run(&f->x, &f->l->kernels.router, &f->l->cfg.router, f->p->tokens,
-                          f->args->router_logits, f->l->router_bias, ids, weights);
+/* Where the ids and weights come from: the caller's, or the router's in the workspace. */
+static void take_routing(hm_moe_fwd *f) {
+  bool given = f->args->topk_ids != NULL;
+  f->ids = given ? f->args->topk_ids : at(f, f->p->ids);
+  f->weights = given ? f->args->topk_weights : at(f, f->p->weights);
 }
 
-static hm_status stage_align(hm_moe_fwd *f) {
-  for (int s = 0; s < f->p->sets; s++) {
+/* The alignment's arrays in the workspace; only set 0 places rows (row_of). */
+static void take_metadata(hm_moe_fwd *f) {
+  for (int s = 0; s < f->p->sets; s++)
     f->meta[s] = (hm_moe_alignment){
         .row_of = s == 0 ? at(f, f->p->row_of) : NULL,
         .expert_counts = at(f, f->p->counts[s]),
@@ -51,14 +47,10 @@ static hm_status stage_align(hm_moe_fwd *f) {
         .sorted_ids = at(f, f->p->sorted_ids[s]),
         .expert_ids = at(f, f->p->expert_ids[s]),
     };
-    HM_CHECK(hm_moe_align_run(&f->x, &f->l->kernels.align, &f->p->align[s], f->ids, &f->meta[s],
-                              at(f, f->p->align_ws[s])));
-  }
-  return HM_OK;
 }
 
-/* x -> activation type (8-bit or f16 paths), then rows into expert order (grouped layouts). */
-static hm_status stage_permute(hm_moe_fwd *f) {
+/* x -> activation type (8-bit or f16 paths). */
+static hm_status convert_x(hm_moe_fwd *f) {
   const hm_moe_config *c = &f->l->cfg;
   f->xa = f->args->x;
   f->xa_scale = NULL;
@@ -76,18 +68,69 @@ static hm_status stage_permute(hm_moe_fwd *f) {
     f->xa = a.out;
     f->xa_scale = a.out_scale;
   }
-  if (f->p->layout == HM_MOE_LAYOUT_INDEXED) return HM_OK;
-  hm_moe_permute_args a = {
-      .items = f->p->tokens * c->router.top_k,
-      .top_k = c->router.top_k,
-      .row_of = f->meta[0].row_of,
-      .src = f->xa,
-      .dst = at(f, f->p->a_perm),
-      .row_bytes = (size_t)c->hidden * hm_moe_act_bytes(&c->scheme),
-      .src2 = f->xa_scale,
-      .dst2 = f->xa_scale ? at(f, f->p->a_perm_scale) : NULL,
-      .row_bytes2 = hm_moe_act_scale_row_bytes(&c->scheme, c->hidden),
+  return HM_OK;
+}
+
+/* Rows of x into expert order (grouped layouts); dst NULL for indexed, which gathers. */
+static hm_moe_permute_args permutation(const hm_moe_fwd *f) {
+  const hm_moe_config *c = &f->l->cfg;
+  hm_moe_permute_args a = {.items = f->p->tokens * f->p->slots, .top_k = f->p->slots};
+  if (f->p->layout == HM_MOE_LAYOUT_INDEXED) return a;
+  a.row_of = f->meta[0].row_of;
+  a.src = f->xa;
+  a.dst = at(f, f->p->a_perm);
+  a.row_bytes = (size_t)c->hidden * hm_moe_act_bytes(&c->scheme);
+  a.src2 = f->xa_scale;
+  a.dst2 = f->xa_scale ? at(f, f->p->a_perm_scale) : NULL;
+  a.row_bytes2 = hm_moe_act_scale_row_bytes(&c->scheme, c->hidden);
+  return a;
+}
+
+/* Router (or the given ids), alignment and permutation as one kernel; x converted first. */
+static hm_status run_front(hm_moe_fwd *f) {
+  take_routing(f);
+  take_metadata(f);
+  HM_CHECK(convert_x(f));
+  bool route = f->args->topk_ids == NULL;
+  hm_moe_front_args a = {
+      .router = &f->l->cfg.router,
+      .tokens = f->p->tokens,
+      .logits = route ? f->args->router_logits : NULL,
+      .bias = route ? f->l->router_bias : NULL,
+      .given_ids = f->args->topk_ids,
+      .topk_ids = route ? at(f, f->p->ids) : NULL,
+      .topk_weights = route ? at(f, f->p->weights) : NULL,
+      .appended = f->l->shared_fused,
+      .sets = f->p->sets,
+      .align = f->p->align,
+      .meta = f->meta,
+      .permute = permutation(f),
   };
+  return hm_moe_front_run(&f->x, &f->l->kernels.front, &a);
+}
+
+static hm_status stage_router(hm_moe_fwd *f) {
+  if (f->p->front) return run_front(f);
+  take_routing(f);
+  if (f->args->topk_ids != NULL) return HM_OK;
+  return hm_moe_route_run(&f->x, &f->l->kernels.router, &f->l->cfg.router, f->p->tokens,
+                          f->args->router_logits, f->l->router_bias, at(f, f->p->ids), at(f, f->p->weights));
+}
+
+static hm_status stage_align(hm_moe_fwd *f) {
+  if (f->p->front) return HM_OK;
+  take_metadata(f);
+  for (int s = 0; s < f->p->sets; s++)
+    HM_CHECK(hm_moe_align_run(&f->x, &f->l->kernels.align, &f->p->align[s], f->l->shared_fused, f->ids,
+                              &f->meta[s], at(f, f->p->align_ws[s])));
+  return HM_OK;
+}
+
+static hm_status stage_permute(hm_moe_fwd *f) {
+  if (f->p->front) return HM_OK;
+  HM_CHECK(convert_x(f));
+  hm_moe_permute_args a = permutation(f);
+  if (a.dst == NULL) return HM_OK;
   return hm_moe_permute_run(&f->x, &f->l->kernels.permute, &a);
 }
 
@@ -95,7 +138,7 @@ static hm_status stage_permute(hm_moe_fwd *f) {
 static hm_gemm_args expert_args(const hm_moe_fwd *f, int set) {
   const hm_moe_plan *p = f->p;
   const hm_moe_alignment *m = &f->meta[set];
-  hm_gemm_args g = {.top_k = f->l->cfg.router.top_k, .a_rows_per_token = 1};
+  hm_gemm_args g = {.top_k = p->slots, .a_rows_per_token = 1};
   switch (p->layout) {
     case HM_MOE_LAYOUT_CONTIGUOUS:
       g.type = HM_GEMM_GROUPED_CONTIGUOUS;
@@ -132,7 +175,7 @@ static hm_status stage_gemm1(hm_moe_fwd *f) {
   bool indexed = f->p->layout == HM_MOE_LAYOUT_INDEXED;
   g.a = indexed ? f->xa : at(f, f->p->a_perm);
   g.a_scale = indexed ? f->xa_scale : at(f, f->p->a_perm_scale);
-  if (indexed) g.a_rows_per_token = f->l->cfg.router.top_k; /* gathers token rows of x */
+  if (indexed) g.a_rows_per_token = f->p->slots; /* gathers token rows of x */
   g.c = at(f, f->p->h1);
   return gemm(f, f->l->gate_up, &g);
 }
@@ -140,7 +183,7 @@ static hm_status stage_gemm1(hm_moe_fwd *f) {
 static hm_status stage_act(hm_moe_fwd *f) {
   const hm_moe_config *c = &f->l->cfg;
   hm_moe_act_args a = {.fn = hm_moe_act_fn_of(c->activation),
-                       .items = f->p->tokens * c->router.top_k,
+                       .items = f->p->tokens * f->p->slots,
                        .row_of = f->meta[0].row_of,
                        .in = at(f, f->p->h1),
                        .in_stride = f->l->gate_up_rows,
@@ -162,7 +205,7 @@ static hm_status stage_gemm2(hm_moe_fwd *f) {
 
 static hm_status stage_shared(hm_moe_fwd *f) {
   hm_moe_layer *l = f->l;
-  if (l->shared_width == 0) return HM_OK;
+  if (l->shared_gate_up == NULL) return HM_OK;
   const hm_moe_config *c = &l->cfg;
   hm_gemm_args up = {
       .type = HM_GEMM_DENSE, .m = f->p->tokens, .a = f->xa, .a_scale = f->xa_scale, .c = at(f, f->p->s1)};
@@ -193,7 +236,7 @@ static hm_status stage_combine(hm_moe_fwd *f) {
                            .topk_weights = f->weights,
                            .shared = at(f, f->p->s3),
                            .y = f->args->y};
-  return hm_moe_combine_run(&f->x, &f->l->kernels.combine, &a);
+  return hm_moe_combine_run(&f->x, &f->l->kernels.combine, &a, f->l->shared_fused);
 }
 
 typedef hm_status (*hm_moe_stage_fn)(hm_moe_fwd *f);
@@ -301,8 +344,11 @@ hm_status hm_moe_compile_kernels(hm_moe_layer *l) {
   hm_moe_exec x = {.engine = l->engine};
   hm_moe_kernels *k = &l->kernels;
   hm_kernel *kernel = NULL;
+  int64_t experts = c->router.experts + l->shared_fused;
   HM_CHECK(hm_moe_route_kernel(&x, &k->router, &c->router, &kernel));
-  HM_CHECK(hm_moe_align_kernels_get(&x, &k->align, c->router.experts));
+  HM_CHECK(hm_moe_align_kernels_get(&x, &k->align, experts));
+  if (hm_moe_front_fits(experts, c->router.top_k))
+    HM_CHECK(hm_moe_front_kernel(&x, &k->front, &c->router, experts, &kernel));
   HM_CHECK(hm_moe_permute_kernel(&x, &k->permute, &kernel));
   hm_moe_act_args a = {
       .fn = HM_ACT_FN_IDENTITY, .width = c->hidden, .out_type = c->scheme.act, .scale = c->scheme.act_scale};
@@ -311,6 +357,7 @@ hm_status hm_moe_compile_kernels(hm_moe_layer *l) {
   a.width = c->intermediate;
   HM_CHECK(hm_moe_act_kernel(&x, &k->act, &a, &kernel));
   a.width = l->shared_width;
-  if (l->shared_width > 0) HM_CHECK(hm_moe_act_kernel(&x, &k->shared_act, &a, &kernel));
-  return hm_moe_combine_kernel(&x, &k->combine, c->hidden, c->router.top_k, l->shared_width > 0, &kernel);
+  if (l->shared_gate_up != NULL) HM_CHECK(hm_moe_act_kernel(&x, &k->shared_act, &a, &kernel));
+  return hm_moe_combine_kernel(&x, &k->combine, c->hidden, c->router.top_k, l->shared_gate_up != NULL,
+                               l->shared_fused, &kernel);
 }

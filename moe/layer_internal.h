@@ -7,7 +7,7 @@
 
 /* The layer's kernels, compiled at transform (specializations are fixed per layer). */
 typedef struct hm_moe_kernels {
-  hm_kernel *router, *permute, *convert_x, *act, *shared_act, *combine;
+  hm_kernel *router, *front, *permute, *convert_x, *act, *shared_act, *combine;
   hm_moe_align_kernels align;
 } hm_moe_kernels;
 
@@ -16,10 +16,16 @@ struct hm_moe_layer {
   hm_moe_config cfg;
   int64_t gate_up_rows; /* per expert: 2I, or I for RELU2 */
   int64_t shared_width; /* S * Is, 0 without shared experts */
+  /*
+   * Shared experts as one width-I expert run as expert E of gate_up and down, which
+   * then have E + 1 experts: every token takes it as its last slot with weight 1. Else
+   * (another width) they are the dense pair shared_gate_up, shared_down.
+   */
+  bool shared_fused;
   hm_layer *gate_up, *down;
   hm_layer *shared_gate_up, *shared_down;
   float *router_bias; /* engine memory [E], correction_bias only */
-  hm_stream *side;    /* CUDA with shared experts: they overlap the routed path here */
+  hm_stream *side;    /* CUDA with a dense shared pair: it overlaps the routed path here */
   bool loaded, shared_loaded, bias_set, transformed;
   void *workspace;
   size_t workspace_bytes;
@@ -30,6 +36,15 @@ struct hm_moe_layer {
   hm_moe_stats stats;
 };
 
+/* Where the routed (or the shared) experts' weights live: two GEMM layers and an expert range. */
+typedef struct hm_moe_weights_at {
+  hm_layer *gate_up, *down;
+  int64_t first, count;
+  int64_t experts; /* of the two GEMM layers, the range's and the others */
+} hm_moe_weights_at;
+
+hm_moe_weights_at hm_moe_weights_of(const hm_moe_layer *l, bool shared);
+
 /* Alignment metadata sets: one per distinct block_m of the two GEMMs (indexed). */
 #define HM_MOE_MAX_SETS 2
 
@@ -39,6 +54,8 @@ struct hm_moe_layer {
 typedef struct hm_moe_plan {
   hm_moe_layout layout;
   int64_t tokens;
+  int slots;  /* per token in the alignment: top_k, + 1 with the shared expert fused */
+  bool front; /* router (or given ids), alignment and permutation in one kernel (decode) */
   int sets;
   hm_moe_align_config align[HM_MOE_MAX_SETS]; /* [0] for gate_up, [sets-1] for down */
   hm_moe_align_sizes sizes[HM_MOE_MAX_SETS];

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The plan of one forward: which layout, how many alignment metadata sets (one per
- * GEMM block_m), and where every buffer lives in the layer's workspace.
+ * GEMM block_m), whether the decode front runs as one kernel, and where every buffer
+ * lives in the layer's workspace.
  */
 #include <string.h>
 
@@ -61,15 +62,15 @@ static int64_t gcd(int64_t a, int64_t b) {
 
 /* The alignment configs: contiguous rows serve both GEMMs, so pad to both block sizes. */
 static hm_status plan_alignment(const hm_moe_layer *l, hm_moe_plan *p) {
-  int64_t ids = p->tokens * l->cfg.router.top_k;
+  int64_t ids = p->tokens * p->slots;
   int bm_up = hm_layer_block_m(l->gate_up, ids), bm_down = hm_layer_block_m(l->down, ids);
   if (bm_up < 1 || bm_down < 1)
     HM_FAIL(HM_INTERNAL, "GEMM block_m %d (gate_up) / %d (down) for %lld rows", bm_up, bm_down,
             (long long)ids);
   hm_moe_align_config base = {.layout = p->layout,
                               .tokens = p->tokens,
-                              .experts = l->cfg.router.experts,
-                              .top_k = l->cfg.router.top_k,
+                              .experts = l->cfg.router.experts + l->shared_fused,
+                              .top_k = p->slots,
                               .block_m = 1};
   p->sets = 1;
   p->align[0] = p->align[1] = base;
@@ -86,10 +87,10 @@ static hm_status plan_alignment(const hm_moe_layer *l, hm_moe_plan *p) {
 }
 
 static void plan_metadata(const hm_moe_layer *l, hm_moe_plan *p) {
-  size_t ids = (size_t)(p->tokens * l->cfg.router.top_k), E = (size_t)l->cfg.router.experts;
+  size_t ids = (size_t)(p->tokens * l->cfg.router.top_k), E = (size_t)p->align[0].experts;
   p->ids = take(p, ids * sizeof(int32_t));
   p->weights = take(p, ids * sizeof(float));
-  p->row_of = take(p, ids * sizeof(int32_t));
+  p->row_of = take(p, (size_t)(p->tokens * p->slots) * sizeof(int32_t));
   for (int s = 0; s < p->sets; s++) {
     p->counts[s] = take(p, E * sizeof(int32_t));
     p->offsets[s] = take(p, (E + 1) * sizeof(int32_t));
@@ -118,7 +119,8 @@ static void plan_activations(const hm_moe_layer *l, hm_moe_plan *p) {
   p->h2 = take(p, rows * I * act);
   p->h2_scale = take(p, rows * hm_moe_act_scale_row_bytes(q, l->cfg.intermediate));
   p->h3 = take(p, rows * H * 2);
-  size_t S = (size_t)l->shared_width, s_rows = l->cfg.activation == HM_MOE_ACT_RELU2 ? S : 2 * S;
+  size_t S = l->shared_gate_up ? (size_t)l->shared_width : 0;
+  size_t s_rows = l->cfg.activation == HM_MOE_ACT_RELU2 ? S : 2 * S;
   p->s1 = take(p, T * s_rows * 2);
   p->s2 = take(p, T * S * act);
   p->s2_scale = S ? take(p, T * hm_moe_act_scale_row_bytes(q, l->shared_width)) : HM_MOE_NONE;
@@ -129,6 +131,10 @@ hm_status hm_moe_plan_make(const hm_moe_layer *l, hm_moe_layout layout, int64_t 
   memset(p, 0, sizeof(*p));
   p->layout = layout;
   p->tokens = tokens;
+  p->slots = l->cfg.router.top_k + l->shared_fused;
+  int64_t front_max = hm_param_moe_front_max_tokens();
+  p->front = tokens <= front_max && tokens <= HM_FRONT_MAX_TOKENS &&
+             hm_moe_front_fits(l->cfg.router.experts + l->shared_fused, l->cfg.router.top_k);
   HM_CHECK(plan_alignment(l, p));
   plan_metadata(l, p);
   plan_activations(l, p);

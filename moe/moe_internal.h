@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "kernels/jit.h"
 #include "kernels/moe_act.cuh"
+#include "kernels/moe_front.cuh"
 
 /* Where a stage runs, and how many kernels the calls so far enqueued. */
 typedef struct hm_moe_exec {
@@ -34,6 +35,8 @@ hm_status hm_moe_kernel_launch(hm_moe_exec *x, hm_kernel *kernel, int64_t grid_x
 
 /* ---- router.c ---- */
 hm_status hm_moe_router_config_check(const hm_moe_router_config *c);
+/* The #defines that specialize kernels/moe_router.cuh for a config. */
+hm_status hm_moe_router_defines(const hm_moe_router_config *c, char *buf, size_t len);
 /* The router kernel of a config (compiled once per slot); the _kernel getters of each
  * stage let a layer compile its kernels before the first forward. */
 hm_status hm_moe_route_kernel(hm_moe_exec *x, hm_kernel **slot, const hm_moe_router_config *c,
@@ -52,14 +55,24 @@ typedef struct hm_moe_align_kernels {
  */
 #define HM_MOE_ALIGN_FUSED_MAX_IDS 2048
 
+/*
+ * appended: expert c->experts - 1 is the last of every token's c->top_k slots (a layer's
+ * shared expert run by the routed GEMMs); topk_ids then hold the other c->top_k - 1
+ * columns, and their ids must name the other experts.
+ */
 hm_status hm_moe_align_kernels_get(hm_moe_exec *x, hm_moe_align_kernels *slots, int64_t experts);
 hm_status hm_moe_align_run(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
-                           const int32_t *topk_ids, const hm_moe_alignment *out, void *workspace);
-hm_status hm_moe_align_host(const hm_moe_align_config *c, const hm_moe_align_sizes *sizes,
+                           bool appended, const int32_t *topk_ids, const hm_moe_alignment *out,
+                           void *workspace);
+hm_status hm_moe_align_host(const hm_moe_align_config *c, bool appended, const hm_moe_align_sizes *sizes,
                             const int32_t *topk_ids, const hm_moe_alignment *out);
 hm_status hm_moe_align_cuda(hm_moe_exec *x, hm_moe_align_kernels *slots, const hm_moe_align_config *c,
-                            const hm_moe_align_sizes *sizes, const int32_t *topk_ids,
+                            bool appended, const hm_moe_align_sizes *sizes, const int32_t *topk_ids,
                             const hm_moe_alignment *out, void *workspace);
+/* The kernel parameters of an alignment (workspace NULL: the one-block kernel only). */
+void hm_moe_align_params_make(const hm_moe_align_config *c, bool appended, const hm_moe_align_sizes *sizes,
+                              const int32_t *topk_ids, const hm_moe_alignment *out, void *workspace,
+                              struct hm_moe_align_params *p);
 
 /* ---- permute.c: dst[row_of[i]] = src[i / top_k], for each plane ---- */
 typedef struct hm_moe_permute_args {
@@ -75,7 +88,31 @@ typedef struct hm_moe_permute_args {
 } hm_moe_permute_args;
 
 hm_status hm_moe_permute_kernel(hm_moe_exec *x, hm_kernel **slot, hm_kernel **out);
+hm_status hm_moe_permute_check(const hm_moe_permute_args *a);
 hm_status hm_moe_permute_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_permute_args *a);
+void hm_moe_permute_params_make(const hm_moe_permute_args *a, struct hm_moe_permute_params *p);
+
+/* ---- front.c: router (or given ids), alignment and permutation of a decode step, one kernel ---- */
+typedef struct hm_moe_front_args {
+  const hm_moe_router_config *router; /* specializes the kernel even when the ids are given */
+  int64_t tokens;                     /* 1..HM_FRONT_MAX_TOKENS */
+  const float *logits;                /* [T, E] to route, or NULL: given_ids */
+  const float *bias;                  /* correction bias, with logits */
+  const int32_t *given_ids;           /* [T, top_k] without logits */
+  int32_t *topk_ids;                  /* [T, top_k] routed ids, with logits */
+  float *topk_weights;                /* [T, top_k] routed weights, with logits */
+  bool appended;                      /* as for hm_moe_align_run */
+  int sets;                           /* 1 or 2 alignments of the same ids */
+  const hm_moe_align_config *align;   /* [sets] */
+  const hm_moe_alignment *meta;       /* [sets]; meta[0].row_of places the permutation's rows */
+  hm_moe_permute_args permute;        /* dst NULL: no copy; row_of is meta[0].row_of */
+} hm_moe_front_args;
+
+/* Whether the front kernel's static shared memory holds an alignment over experts (appended included). */
+bool hm_moe_front_fits(int64_t experts, int top_k);
+hm_status hm_moe_front_kernel(hm_moe_exec *x, hm_kernel **slot, const hm_moe_router_config *router,
+                              int64_t experts, hm_kernel **out);
+hm_status hm_moe_front_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_front_args *a);
 
 /* ---- act.c ---- */
 typedef struct hm_moe_act_args {
@@ -97,8 +134,13 @@ hm_status hm_moe_act_kernel(hm_moe_exec *x, hm_kernel **slot, const hm_moe_act_a
 hm_status hm_moe_act_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_act_args *a);
 
 /* ---- combine.c ---- */
+/*
+ * appended: row_of has top_k + 1 columns, the last the row of an expert every token takes
+ * with weight 1 (the shared expert run by the routed GEMMs), added after the routed rows
+ * as a->shared would be; a->shared is then NULL.
+ */
 hm_status hm_moe_combine_kernel(hm_moe_exec *x, hm_kernel **slot, int64_t hidden, int top_k, bool shared,
-                                hm_kernel **out);
-hm_status hm_moe_combine_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_combine_args *a);
+                                bool appended, hm_kernel **out);
+hm_status hm_moe_combine_run(hm_moe_exec *x, hm_kernel **slot, const hm_moe_combine_args *a, bool appended);
 
 #endif

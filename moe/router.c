@@ -114,15 +114,22 @@ static void route_token(const hm_moe_router_config *c, const float *logits, cons
   }
 }
 
+hm_status hm_moe_router_defines(const hm_moe_router_config *c, char *buf, size_t len) {
+  int n =
+      snprintf(buf, len,
+               "#define HM_ROUTER_E %lld\n#define HM_ROUTER_TOP_K %d\n#define HM_ROUTER_GROUPS %d\n"
+               "#define HM_ROUTER_TOPK_GROUP %d\n#define HM_ROUTER_SIGMOID %d\n#define HM_ROUTER_BIAS %d\n"
+               "#define HM_ROUTER_RENORM %d\n",
+               (long long)c->experts, c->top_k, c->groups, c->topk_group,
+               c->scoring == HM_MOE_SCORING_SIGMOID, c->correction_bias, c->renormalize);
+  if (n < 0 || (size_t)n >= len) HM_FAIL(HM_INTERNAL, "router defines need %d bytes, %zu given", n, len);
+  return HM_OK;
+}
+
 hm_status hm_moe_route_kernel(hm_moe_exec *x, hm_kernel **slot, const hm_moe_router_config *c,
                               hm_kernel **out) {
   char defines[512];
-  snprintf(defines, sizeof(defines),
-           "#define HM_ROUTER_E %lld\n#define HM_ROUTER_TOP_K %d\n#define HM_ROUTER_GROUPS %d\n"
-           "#define HM_ROUTER_TOPK_GROUP %d\n#define HM_ROUTER_SIGMOID %d\n#define HM_ROUTER_BIAS %d\n"
-           "#define HM_ROUTER_RENORM %d\n",
-           (long long)c->experts, c->top_k, c->groups, c->topk_group, c->scoring == HM_MOE_SCORING_SIGMOID,
-           c->correction_bias, c->renormalize);
+  HM_CHECK(hm_moe_router_defines(c, defines, sizeof(defines)));
   return hm_moe_kernel_get(x, slot, "hm_moe_router", defines, "moe_router.cuh", out);
 }
 

@@ -136,7 +136,13 @@ typedef struct hm_engine_config {
 typedef struct hm_engine hm_engine;
 typedef struct hm_stream hm_stream;
 
-/* Creates an engine (one per rank and device). */
+/*
+ * Creates an engine (one per rank and device). A CUDA engine works in the primary
+ * context of its device, the one the CUDA runtime (and so torch) uses, retained until
+ * destroy: pointers and streams of the caller's runtime on that device are the engine's.
+ * Each CUDA call makes that context current on the calling thread and leaves it so, as
+ * cudaSetDevice would; a host driving several devices from one thread sets its own again.
+ */
 HM_API hm_status hm_engine_create(const hm_engine_config *config, hm_engine **out);
 /* Destroys an engine; NULL is a no-op. */
 HM_API void hm_engine_destroy(hm_engine *engine);
@@ -146,10 +152,17 @@ HM_API hm_backend_kind hm_engine_backend(const hm_engine *engine);
 HM_API const char *hm_engine_device_name(const hm_engine *engine);
 /* Compute capability as 10*major+minor (90 for H200), 0 on the host backend. */
 HM_API int hm_engine_arch(const hm_engine *engine);
+/* The CUDA device ordinal the engine runs on (torch's cuda:N), -1 on the host backend. */
+HM_API int hm_engine_device(const hm_engine *engine);
 
 /* Creates a stream owned by the engine. */
 HM_API hm_status hm_stream_create(hm_engine *engine, hm_stream **out);
-/* Wraps a stream owned by the caller (a CUstream on CUDA); destroy does not free it. */
+/*
+ * Wraps a stream owned by the caller (a CUstream of the engine's device's primary
+ * context, e.g. torch.cuda.current_stream().cuda_stream; NULL: the legacy default
+ * stream); destroy does not free it. The caller's stream must outlive the wrapper.
+ * On the host backend work runs on the calling thread; native_stream is ignored.
+ */
 HM_API hm_status hm_stream_wrap(hm_engine *engine, void *native_stream, hm_stream **out);
 /* Waits until all work on the stream is done. */
 HM_API hm_status hm_stream_synchronize(hm_stream *stream);
@@ -164,6 +177,12 @@ HM_API void hm_mem_free(hm_engine *engine, void *ptr);
 HM_API hm_status hm_mem_upload(hm_engine *engine, void *dst, const void *src, size_t bytes);
 /* Copies device->host. Synchronous with respect to the host. */
 HM_API hm_status hm_mem_download(hm_engine *engine, void *dst, const void *src, size_t bytes);
+
+/*
+ * sizeof of a public struct by its name ("hm_moe_config"), 0 for a name it does not
+ * know: lets a binding check its mirrors of the structs against this library.
+ */
+HM_API size_t hm_abi_sizeof(const char *type_name);
 
 /* Frees the process-wide registry (caches, loaded modules). Call after the last destroy. */
 HM_API void hm_shutdown(void);

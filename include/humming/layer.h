@@ -81,8 +81,34 @@ HM_API hm_status hm_layer_create(hm_engine *engine, const hm_layer_config *confi
 HM_API void hm_layer_destroy(hm_layer *layer);
 /* Loads weights in the canonical contract from host memory. */
 HM_API hm_status hm_layer_load(hm_layer *layer, const hm_weights_view *weights);
+/*
+ * Loads weights in the canonical contract from the engine's memory (device pointers
+ * on CUDA, e.g. a framework's tensors; host memory on the host backend). The copies
+ * are ordered after the work queued on stream (NULL: the default stream) and done when
+ * the call returns: the caller may free or overwrite its arrays afterwards. The layer
+ * keeps its own copy; sizes are those of hm_layer_weights_bytes.
+ */
+HM_API hm_status hm_layer_load_device(hm_layer *layer, const hm_weights_view *weights, hm_stream *stream);
+
+/* Bytes of each canonical weight array of a whole layer (every expert); 0 for an absent one. */
+typedef struct hm_weights_bytes {
+  size_t qweight, scales, zeros, global_scale, bias;
+} hm_weights_bytes;
+
+/* [OUT] out: what hm_layer_load and hm_layer_load_device read from each pointer. */
+HM_API hm_status hm_layer_weights_bytes(const hm_layer *layer, hm_weights_bytes *out);
 /* Quantizes f32 weights (E, N, K) (round to nearest) and an optional f32 bias (E, N). */
 HM_API hm_status hm_layer_quantize(hm_layer *layer, const float *weights, const float *bias);
+/*
+ * Experts [first, first + count) only, from weights of count experts (views, or f32
+ * (count, N, K) and bias (count, N)); the other experts keep theirs, zero before any
+ * load. The _device form reads the engine's memory as hm_layer_load_device does.
+ */
+HM_API hm_status hm_layer_load_experts(hm_layer *layer, int64_t first, int64_t count, const hm_weights_view *weights);
+HM_API hm_status hm_layer_load_experts_device(hm_layer *layer, int64_t first, int64_t count,
+                                              const hm_weights_view *weights, hm_stream *stream);
+HM_API hm_status hm_layer_quantize_experts(hm_layer *layer, int64_t first, int64_t count, const float *weights,
+                                           const float *bias);
 /* Repacks loaded weights into the kernel's order; forward before transform is an error. */
 HM_API hm_status hm_layer_transform(hm_layer *layer, hm_stream *stream);
 /* Runs C = A W^T (+ bias) as args says, on stream. */

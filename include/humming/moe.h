@@ -76,8 +76,9 @@ HM_API const char *hm_moe_layout_name(hm_moe_layout layout);
 /*
  * A MoE layer. Weights of each expert: gate_up (2I, H) whose rows [0, I) are the gate
  * projection and rows [I, 2I) the up projection ((I, H) for RELU2), and down (H, I).
- * Shared experts run on every token as one dense pair of intermediate
- * shared_experts * shared_intermediate and are added to the routed sum.
+ * Shared experts run on every token as one FFN of intermediate shared_experts *
+ * shared_intermediate, added to the routed sum. When that width is I they run as one
+ * more expert of the routed GEMMs (weight 1, last in each token's sum), else as a dense pair.
  */
 typedef struct hm_moe_config {
   uint32_t size;
@@ -107,7 +108,11 @@ typedef struct hm_moe_config {
  */
 HM_API hm_status hm_moe_config_for_model(const char *model, hm_moe_config *config);
 
-/* Stages of a forward, in order, for hm_moe_stats. */
+/*
+ * Stages of a forward, in order, for hm_moe_stats. Fused work is timed in the first stage
+ * it covers: a decode step's router, alignment and permutation are one kernel (router),
+ * shared experts run as a routed expert are in the GEMM stages.
+ */
 typedef enum hm_moe_stage {
   HM_MOE_STAGE_ROUTER = 0,
   HM_MOE_STAGE_ALIGN,   /* alignment metadata */
@@ -115,7 +120,7 @@ typedef enum hm_moe_stage {
   HM_MOE_STAGE_GEMM1,   /* gate_up */
   HM_MOE_STAGE_ACT,
   HM_MOE_STAGE_GEMM2,  /* down */
-  HM_MOE_STAGE_SHARED, /* the shared experts' two GEMMs and activation */
+  HM_MOE_STAGE_SHARED, /* the dense shared pair's two GEMMs and activation */
   HM_MOE_STAGE_COMBINE,
   HM_MOE_STAGE_COUNT
 } hm_moe_stage;
@@ -145,7 +150,7 @@ typedef struct hm_moe_forward_args {
 
 typedef struct hm_moe_layer hm_moe_layer;
 
-/* Creates a layer (its GEMM layers included); checks the configuration. */
+/* Creates a layer (its GEMM layers included); checks the configuration. The engine must outlive it. */
 HM_API hm_status hm_moe_layer_create(hm_engine *engine, const hm_moe_config *config, hm_moe_layer **out);
 /* Destroys a layer; NULL is a no-op. */
 HM_API void hm_moe_layer_destroy(hm_moe_layer *layer);
@@ -165,6 +170,24 @@ HM_API hm_status hm_moe_layer_load_shared(hm_moe_layer *layer, const hm_weights_
 /* The router's correction bias f32 [E] from the host (router.correction_bias only). */
 HM_API hm_status hm_moe_layer_set_router_bias(hm_moe_layer *layer, const float *bias);
 /*
+ * The same three loads from the engine's memory (a framework's device tensors), for an
+ * embedding host whose weights already live on the GPU. Copies are ordered after the
+ * work queued on stream (NULL: the default stream). The expert weights are copied when
+ * the call returns (the caller may free its arrays); the router bias is copied on
+ * stream, so the caller keeps it until the stream passes this point.
+ */
+HM_API hm_status hm_moe_layer_load_device(hm_moe_layer *layer, const hm_weights_view *gate_up,
+                                          const hm_weights_view *down, hm_stream *stream);
+HM_API hm_status hm_moe_layer_load_shared_device(hm_moe_layer *layer, const hm_weights_view *gate_up,
+                                                 const hm_weights_view *down, hm_stream *stream);
+HM_API hm_status hm_moe_layer_set_router_bias_device(hm_moe_layer *layer, const float *bias, hm_stream *stream);
+/*
+ * [OUT] gate_up, down: bytes each canonical array of the routed experts (shared false) or
+ * of the shared experts (shared true) must hold, for a binding to check its tensors.
+ */
+HM_API hm_status hm_moe_layer_weights_bytes(const hm_moe_layer *layer, bool shared, hm_weights_bytes *gate_up,
+                                            hm_weights_bytes *down);
+/*
  * Repacks every loaded weight for the kernels and compiles the layer's kernels; a forward
  * before transform is an error.
  */
@@ -175,13 +198,43 @@ HM_API hm_status hm_moe_layer_transform(hm_moe_layer *layer, hm_stream *stream);
  * capturing a forward in a CUDA graph.
  */
 HM_API hm_status hm_moe_layer_reserve(hm_moe_layer *layer, int64_t max_tokens, hm_stream *stream);
-/* Runs the layer on stream: y = sum_k w[t,k] * expert(x[t]) (+ shared(x[t])). */
+/*
+ * Runs the layer on stream: y = sum_k w[t,k] * expert(x[t]) (+ shared(x[t])). The call
+ * only enqueues work (CUDA): the caller keeps x, logits, ids, weights and y alive and
+ * unchanged until stream passes this point. stream may wrap the caller's own CUstream
+ * (hm_stream_wrap), e.g. torch.cuda.current_stream(); NULL is the default stream. After
+ * hm_moe_layer_reserve for T tokens and one forward, a forward of at most T tokens does
+ * not wait on the host and may be captured into a CUDA graph (not while profiling).
+ */
 HM_API hm_status hm_moe_layer_forward(hm_moe_layer *layer, const hm_moe_forward_args *args,
                                       hm_stream *stream);
 /* Times each stage of the following forwards with events (off by default; not for graph capture). */
 HM_API hm_status hm_moe_layer_set_profiling(hm_moe_layer *layer, bool on);
 /* Stats of the last forward; waits for its end when profiling is on. */
 HM_API hm_status hm_moe_layer_stats(hm_moe_layer *layer, hm_moe_stats *out);
+
+/* Rows already grouped by expert, e.g. what an expert-parallel dispatch delivers; engine memory. */
+typedef struct hm_moe_grouped_args {
+  hm_moe_layout layout;          /* HM_MOE_LAYOUT_CONTIGUOUS or HM_MOE_LAYOUT_MASKED */
+  int64_t rows;                  /* rows of x and y: contiguous, expert_offsets[E]; masked, E * max_m */
+  int64_t max_m;                 /* masked: rows per expert */
+  hm_dtype x_dtype;              /* BF16, or the scheme's activation type (with x_scale when scaled) */
+  const void *x;                 /* [rows, H] */
+  const float *x_scale;          /* the scheme's activation scales of each row */
+  const int32_t *expert_offsets; /* [E + 1] contiguous: segment starts */
+  const int32_t *expert_counts;  /* [E] valid rows at the start of each segment */
+  int64_t valid_rows;            /* rows that hold data (host value) */
+  const int32_t *row_list;       /* [valid_rows] those rows; no other row of y is written */
+  void *y;                       /* [rows, H] bf16: expert(x[r]) of each valid row, unweighted */
+} hm_moe_grouped_args;
+
+/*
+ * The routed experts' FFN alone (gate_up, activation, down) on rows already in expert
+ * order, as the last stage of a dispatch: no router, alignment or combine. The layer
+ * must have no shared experts (they belong to the tokens' own rank).
+ */
+HM_API hm_status hm_moe_layer_forward_grouped(hm_moe_layer *layer, const hm_moe_grouped_args *args,
+                                              hm_stream *stream);
 
 /* ---- The stages as standalone calls (used by the layer, the benchmark and comm/) ---- */
 

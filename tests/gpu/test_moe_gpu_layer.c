@@ -3,7 +3,10 @@
  * The MoE layer on the GPU against the host layer (the reference GEMM) on the same W4A16
  * weights and routing: every layout, T = 1, 3, 64, 1000, 8192, balanced and skewed
  * routing (caller ids, some -1), the router on the GPU, and a decode forward captured in
- * a CUDA graph and replayed. Skips (77) without a CUDA device.
+ * a CUDA graph and replayed. The shared expert runs fused into the routed GEMMs (its
+ * width is I) except in the dense-pair case; a decode step is five launches, and its
+ * one-kernel front gives the bits of the stages launched apart. Skips (77) without a
+ * CUDA device.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +16,9 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "hm_test.h"
+#include "kernels/moe_front.cuh"
 #include "numfmt.h"
+#include "params.h"
 #include "quant.h"
 
 static hm_engine *gpu, *host;
@@ -33,21 +38,29 @@ static void quantized(hm_rng *rng, const hm_quant_format *fmt, int64_t E, int64_
   free(f);
 }
 
-/* DeepSeek-style routing and shared expert at a size the host reference can follow. */
-static void weights_init(weights *w, hm_rng *rng) {
+/*
+ * DeepSeek-style routing and shared experts at a size the host reference can follow: one
+ * shared expert of width I (run as expert E of the routed GEMMs), or two (a dense pair).
+ */
+static void weights_init_shared(weights *w, hm_rng *rng, int64_t shared_experts) {
   hm_moe_config c = HM_MOE_CONFIG_INIT;
   c.hidden = 512;
   c.intermediate = 256;
   c.router = (hm_moe_router_config){HM_MOE_SCORING_SIGMOID, 32, 4, 4, 2, true, true, 2.5f};
-  c.shared_experts = 1;
+  c.shared_experts = shared_experts;
   HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &c.scheme));
   w->cfg = c;
+  int64_t width = 256 * shared_experts;
   quantized(rng, &c.scheme.weight, 32, 512, 512, &w->gu);
   quantized(rng, &c.scheme.weight, 32, 512, 256, &w->dn);
-  quantized(rng, &c.scheme.weight, 1, 512, 512, &w->sgu);
-  quantized(rng, &c.scheme.weight, 1, 512, 256, &w->sdn);
+  quantized(rng, &c.scheme.weight, 1, 2 * width, 512, &w->sgu);
+  quantized(rng, &c.scheme.weight, 1, 512, width, &w->sdn);
   w->bias = malloc(32 * sizeof(float));
   hm_rng_fill_uniform(rng, w->bias, 32, -0.05f, 0.05f);
+}
+
+static void weights_init(weights *w, hm_rng *rng) {
+  weights_init_shared(w, rng, 1);
 }
 
 static void weights_free(weights *w) {
@@ -190,6 +203,8 @@ static void every_layout_size_and_routing(void **state) {
                skewed ? "skewed" : "balanced", hm_moe_layout_name(st.layout), err, st.launches);
         if (err > 2e-2)
           fail_msg("T=%lld %s: relative error %g", (long long)in.T, hm_moe_layout_name(st.layout), err);
+        /* front, gate_up, act, down, combine */
+        if (in.T <= HM_FRONT_MAX_TOKENS) assert_int_equal(st.launches, 5);
         free(got);
       }
       free(want);
@@ -278,6 +293,77 @@ static void decode_forward_in_a_cuda_graph(void **state) {
   weights_free(&w);
 }
 
+/* Two shared experts of I are no expert of the routed GEMMs: the dense pair on its side stream. */
+static void dense_shared_pair(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("moe_gpu_dense_shared"));
+  weights w;
+  weights_init_shared(&w, &rng, 2);
+  hm_stream *s = NULL;
+  HM_ASSERT_OK(hm_stream_create(gpu, &s));
+  hm_moe_layer *ref = make_layer(host, &w, HM_MOE_LAYOUT_INDEXED);
+  const int64_t tokens[] = {1, 64};
+  for (int layout = HM_MOE_LAYOUT_INDEXED; layout <= HM_MOE_LAYOUT_MASKED; layout++) {
+    hm_moe_layer *l = make_layer(gpu, &w, (hm_moe_layout)layout);
+    for (size_t t = 0; t < 2; t++) {
+      inputs in;
+      inputs_init(&in, tokens[t], false, &rng);
+      float *want = host_forward(ref, &in, false), *got = gpu_forward(l, &in, false, s);
+      double err = hm_rel_error(got, want, (size_t)in.T * 512);
+      printf("# dense shared pair %s T=%lld: rel_err %.3g\n", hm_moe_layout_name(layout), (long long)in.T,
+             err);
+      if (err > 2e-2) fail_msg("dense shared pair T=%lld: relative error %g", (long long)in.T, err);
+      free(want), free(got);
+      inputs_free(&in);
+    }
+    hm_moe_layer_destroy(l);
+  }
+  hm_moe_layer_destroy(ref);
+  hm_stream_destroy(s);
+  weights_free(&w);
+}
+
+/* A decode step through the one-kernel front and through its stages apart: the same y bits. */
+static void front_gives_the_bits_of_the_stages_apart(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("moe_gpu_front_layer"));
+  weights w;
+  weights_init(&w, &rng);
+  hm_stream *s = NULL;
+  HM_ASSERT_OK(hm_stream_create(gpu, &s));
+  const int64_t tokens[] = {1, 8, 16};
+  for (int layout = HM_MOE_LAYOUT_INDEXED; layout <= HM_MOE_LAYOUT_MASKED; layout++) {
+    hm_moe_layer *l = make_layer(gpu, &w, (hm_moe_layout)layout);
+    for (size_t t = 0; t < 3; t++)
+      for (int use_ids = 0; use_ids < 2; use_ids++) {
+        inputs in;
+        inputs_init(&in, tokens[t], true, &rng);
+        float *fused = gpu_forward(l, &in, use_ids, s);
+        hm_moe_stats st;
+        HM_ASSERT_OK(hm_moe_layer_stats(l, &st));
+        assert_int_equal(st.launches, 5);
+        setenv("HUMMING_MOE_FRONT_MAX_TOKENS", "0", 1);
+        hm_params_reload();
+        float *apart = gpu_forward(l, &in, use_ids, s);
+        HM_ASSERT_OK(hm_moe_layer_stats(l, &st));
+        /* router, align (indexed: one set per distinct block_m of the two GEMMs), permute (grouped) */
+        bool indexed = layout == HM_MOE_LAYOUT_INDEXED;
+        assert_true(st.launches == 7 || (indexed && st.launches == 6));
+        unsetenv("HUMMING_MOE_FRONT_MAX_TOKENS");
+        hm_params_reload();
+        assert_memory_equal(fused, apart, (size_t)in.T * 512 * sizeof(float));
+        free(fused), free(apart);
+        inputs_free(&in);
+      }
+    printf("# front %s: the bits of the stages apart\n", hm_moe_layout_name(layout));
+    hm_moe_layer_destroy(l);
+  }
+  hm_stream_destroy(s);
+  weights_free(&w);
+}
+
 int main(void) {
   gpu = hm_test_cuda_engine_or_skip();
   if (gpu == NULL) return HM_TEST_SKIP;
@@ -286,6 +372,8 @@ int main(void) {
       cmocka_unit_test(every_layout_size_and_routing),
       cmocka_unit_test(router_on_the_gpu),
       cmocka_unit_test(decode_forward_in_a_cuda_graph),
+      cmocka_unit_test(dense_shared_pair),
+      cmocka_unit_test(front_gives_the_bits_of_the_stages_apart),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(host);

@@ -97,7 +97,7 @@ static void indexed_forward_matches_reference(void **state) {
   HM_ASSERT_OK(hm_layer_transform(l, NULL));
 
   const int block_m = hm_layer_block_m(l, tokens * top_k);
-  assert_true(block_m >= 16 && block_m % 16 == 0);
+  assert_true(block_m >= 8 && block_m % 8 == 0); /* 8: the swapped decode tile */
   /* Slots 0..5 (token*2+slot): experts 0,2 | 2,3 | 0,3; expert 1 has no tokens. */
   const int32_t expert_of[] = {0, 2, 2, 3, 0, 3};
   int32_t *sorted = xalloc((size_t)(4 * block_m) * 4), ids[4] = {0};

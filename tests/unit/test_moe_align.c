@@ -3,12 +3,14 @@
  * Alignment metadata invariants on the host backend, for each layout and block size:
  * every routed (token, slot) placed exactly once in its expert's rows, in increasing
  * order; padding holds the sentinel; offsets are multiples of block_m; expert ids per
- * block; -1 skipped; empty experts; and the refused inputs.
+ * block; -1 skipped; empty experts; an appended expert (the layer's fused shared one) the
+ * same as an explicit last column; and the refused inputs.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "hm_test.h"
+#include "moe/moe_internal.h"
 
 typedef struct align_buffers {
   hm_moe_align_sizes sizes;
@@ -224,9 +226,70 @@ static void bad_inputs_are_refused(void **state) {
   hm_engine_destroy(eng);
 }
 
+/* Every output array of two alignments, element by element. */
+static void assert_same_alignment(const align_buffers *a, const align_buffers *b,
+                                  const hm_moe_align_config *c) {
+  int64_t n = c->tokens * c->top_k;
+  assert_memory_equal(a->out.row_of, b->out.row_of, (size_t)n * 4);
+  assert_memory_equal(a->out.expert_counts, b->out.expert_counts, (size_t)c->experts * 4);
+  if (c->layout == HM_MOE_LAYOUT_MASKED) return;
+  assert_memory_equal(a->out.expert_offsets, b->out.expert_offsets, (size_t)(c->experts + 1) * 4);
+  assert_int_equal(*a->out.num_padded, *b->out.num_padded);
+  if (c->layout != HM_MOE_LAYOUT_INDEXED) return;
+  assert_memory_equal(a->out.sorted_ids, b->out.sorted_ids, (size_t)a->sizes.max_padded * 4);
+  assert_memory_equal(a->out.expert_ids, b->out.expert_ids, (size_t)a->sizes.max_blocks * 4);
+}
+
+/* ids [T, k] with an appended expert E align as ids [T, k + 1] whose last column is E. */
+static void appended_expert_is_an_explicit_last_column(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("moe_align_appended"));
+  const int64_t E = 16, tokens[] = {1, 5, 64, 700};
+  const int K = 4;
+  hm_engine *eng = hm_test_host_engine();
+  hm_moe_exec x = {.engine = eng};
+  for (int layout = HM_MOE_LAYOUT_INDEXED; layout <= HM_MOE_LAYOUT_MASKED; layout++)
+    for (size_t t = 0; t < 4; t++) {
+      int64_t T = tokens[t];
+      int32_t *ids = make_ids(&rng, T, E, K, t % 2 == 1, 0.1f);
+      int32_t *wide = malloc((size_t)(T * (K + 1)) * sizeof(int32_t));
+      for (int64_t i = 0; i < T; i++) {
+        memcpy(wide + i * (K + 1), ids + i * K, (size_t)K * sizeof(int32_t));
+        wide[i * (K + 1) + K] = (int32_t)E;
+      }
+      hm_moe_align_config c = {(hm_moe_layout)layout, T, E + 1, K + 1, 16, 0};
+      align_buffers got, want;
+      alloc_buffers(&c, &got);
+      alloc_buffers(&c, &want);
+      HM_ASSERT_OK(hm_moe_align_run(&x, NULL, &c, true, ids, &got.out, NULL));
+      align_and_check(c.layout, T, E + 1, K + 1, 16, wide);
+      HM_ASSERT_OK(hm_moe_align(eng, &c, wide, &want.out, want.workspace, NULL));
+      assert_same_alignment(&got, &want, &c);
+      /* Every token reaches the appended expert, as the last of its rows there. */
+      assert_int_equal(got.out.expert_counts[E], T);
+      free_buffers(&got), free_buffers(&want);
+      free(ids), free(wide);
+    }
+  assert_int_equal(x.launches, 12);
+  /* A caller's id naming the appended expert is refused; so is an appended expert alone. */
+  hm_moe_align_config c = {HM_MOE_LAYOUT_MASKED, 2, 5, 3, 1, 0};
+  align_buffers b;
+  alloc_buffers(&c, &b);
+  int32_t names_it[4] = {0, 1, 4, 2};
+  assert_int_equal(hm_moe_align_run(&x, NULL, &c, true, names_it, &b.out, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "topk_ids[2] = 4 is outside [-1, experts = 4)"));
+  c.top_k = 1;
+  assert_int_equal(hm_moe_align_run(&x, NULL, &c, true, names_it, &b.out, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "top_k = 1"));
+  free_buffers(&b);
+  hm_engine_destroy(eng);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_layout_and_block_size),
+      cmocka_unit_test(appended_expert_is_an_explicit_last_column),
       cmocka_unit_test(empty_experts_and_all_masked),
       cmocka_unit_test(deepseek_shape),
       cmocka_unit_test(bad_inputs_are_refused),

@@ -2,8 +2,10 @@
 /*
  * The whole MoE layer on the host backend against a naive per-token loop over the
  * dequantized weights (router, gate_up, activation, down, shared experts, weighted sum,
- * rounded to bf16 where the layer rounds), for each activation; the three layouts giving
- * the same bits; caller ids with -1; auto layout, stats; refused configs and calls.
+ * rounded to bf16 where the layer rounds), for each activation, shared experts fused into
+ * the routed GEMMs or as a dense pair; the three layouts giving the same bits; caller ids
+ * with -1; the decode front (one kernel) giving the bits of the separate stages; launches
+ * per forward; auto layout, stats; refused configs and calls.
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "hm_test.h"
+#include "kernels/moe_front.cuh"
 #include "numfmt.h"
 #include "params.h"
 #include "quant.h"
@@ -236,6 +239,16 @@ static void caller_ids_with_masked_slots(void **state) {
   (void)state;
   hm_moe_config c = small_config(HM_MOE_ACT_SILU_MUL);
   check_against_naive(&c, 20, true, 1e-2);
+  check_against_naive(&c, 7, true, 1e-2);
+}
+
+/* A shared width other than I (two experts of I here) keeps the dense shared pair. */
+static void dense_shared_pair(void **state) {
+  (void)state;
+  hm_moe_config c = small_config(HM_MOE_ACT_SILU_MUL);
+  c.shared_experts = 2;
+  check_against_naive(&c, 3, false, 1e-2);
+  check_against_naive(&c, 29, false, 1e-2);
 }
 
 static void gelu_softmax_router(void **state) {
@@ -285,8 +298,8 @@ static void auto_layout_and_stats(void **state) {
     assert_int_equal(st.layout, want[i]);
     assert_int_equal(st.tokens, tokens[i]);
     assert_true(st.timed && st.total_us > 0.0f);
-    /* router, align (1 or 2 sets), permute (masked), two GEMMs, act, shared (3), combine */
-    assert_true(st.launches >= (want[i] == HM_MOE_LAYOUT_MASKED ? 10 : 9));
+    /* masked T = 5: front, two GEMMs, act, combine; indexed T = 100: router and align apart */
+    assert_int_equal(st.launches, want[i] == HM_MOE_LAYOUT_MASKED ? 5 : 6);
     float sum = 0.0f;
     for (int s = 0; s < HM_MOE_STAGE_COUNT; s++) sum += st.stage_us[s];
     assert_true(sum <= st.total_us * 1.01f + 1.0f);
@@ -314,6 +327,118 @@ static void auto_layout_and_stats(void **state) {
   inputs_free(&in);
   assert_string_equal(hm_moe_stage_name(HM_MOE_STAGE_GEMM1), "gemm1");
   assert_string_equal(hm_moe_layout_name(HM_MOE_LAYOUT_CONTIGUOUS), "contiguous");
+  hm_moe_layer_destroy(l);
+  hm_engine_destroy(eng);
+  fixture_free(&fx);
+}
+
+/* Launches of one forward and y, on a fresh layer of layout. */
+static int forward_launches(hm_engine *eng, const moe_fixture *fx, hm_moe_layout layout, const moe_inputs *in,
+                            float *y) {
+  hm_moe_layer *l = make_layer(eng, fx, layout);
+  layer_forward(l, in, fx->cfg.hidden, false, y);
+  hm_moe_stats st;
+  HM_ASSERT_OK(hm_moe_layer_stats(l, &st));
+  hm_moe_layer_destroy(l);
+  return st.launches;
+}
+
+/*
+ * The host counts launches as the GPU does (one per kernel, each GEMM one). With the
+ * shared expert fused, a decode step is front, gate_up, act, down, combine; beyond the
+ * front's tokens, or with it off, router, align and (grouped layouts) permute come apart.
+ * Before the fusions every layout took 9 (indexed) or 10 launches.
+ */
+static void launches_per_layout(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("moe_layer_launches"));
+  hm_moe_config c = small_config(HM_MOE_ACT_SILU_MUL);
+  moe_fixture fx;
+  fixture_init(&fx, &c, &rng);
+  hm_engine *eng = hm_test_host_engine();
+  const int64_t tokens[] = {1, 16, 17};
+  for (size_t t = 0; t < 3; t++) {
+    moe_inputs in;
+    inputs_init(&in, &fx, tokens[t], &rng);
+    size_t n = (size_t)(tokens[t] * c.hidden);
+    float *y = malloc(n * sizeof(float)), *y_apart = malloc(n * sizeof(float));
+    for (int layout = HM_MOE_LAYOUT_INDEXED; layout <= HM_MOE_LAYOUT_MASKED; layout++) {
+      bool front = tokens[t] <= HM_FRONT_MAX_TOKENS, indexed = layout == HM_MOE_LAYOUT_INDEXED;
+      int want = front ? 5 : indexed ? 6 : 7;
+      assert_int_equal(forward_launches(eng, &fx, (hm_moe_layout)layout, &in, y), want);
+      setenv("HUMMING_MOE_FRONT_MAX_TOKENS", "0", 1);
+      hm_params_reload();
+      assert_int_equal(forward_launches(eng, &fx, (hm_moe_layout)layout, &in, y_apart), indexed ? 6 : 7);
+      unsetenv("HUMMING_MOE_FRONT_MAX_TOKENS");
+      hm_params_reload();
+      assert_memory_equal(y, y_apart, n * sizeof(float));
+      printf("# T=%lld %s: %d launches\n", (long long)tokens[t], hm_moe_layout_name(layout), want);
+    }
+    free(y), free(y_apart);
+    inputs_free(&in);
+  }
+  hm_engine_destroy(eng);
+  fixture_free(&fx);
+  /* The dense shared pair adds its gate_up, act and down. */
+  c.shared_experts = 2;
+  fixture_init(&fx, &c, &rng);
+  eng = hm_test_host_engine();
+  moe_inputs in;
+  inputs_init(&in, &fx, 4, &rng);
+  float *y = malloc((size_t)(4 * c.hidden) * sizeof(float));
+  assert_int_equal(forward_launches(eng, &fx, HM_MOE_LAYOUT_MASKED, &in, y), 8);
+  free(y);
+  inputs_free(&in);
+  hm_engine_destroy(eng);
+  fixture_free(&fx);
+}
+
+/* Fused, the shared expert is expert E of the routed GEMM layers; loads may come in any order. */
+static void fused_shared_expert_weights(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("moe_layer_fused_weights"));
+  hm_moe_config c = small_config(HM_MOE_ACT_SILU_MUL);
+  moe_fixture fx;
+  fixture_init(&fx, &c, &rng);
+  hm_engine *eng = hm_test_host_engine();
+  hm_moe_layer *l = NULL;
+  HM_ASSERT_OK(hm_moe_layer_create(eng, &c, &l));
+  hm_weights_bytes routed_gu, routed_dn, shared_gu, shared_dn;
+  HM_ASSERT_OK(hm_moe_layer_weights_bytes(l, false, &routed_gu, &routed_dn));
+  HM_ASSERT_OK(hm_moe_layer_weights_bytes(l, true, &shared_gu, &shared_dn));
+  assert_int_equal(routed_gu.qweight, 16 * shared_gu.qweight);
+  assert_int_equal(routed_dn.scales, 16 * shared_dn.scales);
+  assert_int_equal(shared_gu.qweight, (size_t)(2 * 128 * 256 / 8) * 4); /* 2I x H codes of 4 bits */
+  hm_weights_view sgu = hm_host_weights_view(&fx.shared_gate_up), sdn = hm_host_weights_view(&fx.shared_down);
+  hm_weights_view gu = hm_host_weights_view(&fx.gate_up), dn = hm_host_weights_view(&fx.down);
+  HM_ASSERT_OK(hm_moe_layer_load_shared(l, &sgu, &sdn));
+  HM_ASSERT_OK(hm_moe_layer_load(l, &gu, &dn));
+  HM_ASSERT_OK(hm_moe_layer_set_router_bias(l, fx.bias));
+  HM_ASSERT_OK(hm_moe_layer_transform(l, NULL));
+  moe_inputs in;
+  inputs_init(&in, &fx, 6, &rng);
+  size_t n = (size_t)(6 * c.hidden);
+  float *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+  layer_forward(l, &in, c.hidden, true, got);
+  hm_moe_layer *ref = make_layer(eng, &fx, HM_MOE_LAYOUT_AUTO);
+  layer_forward(ref, &in, c.hidden, true, want);
+  assert_memory_equal(got, want, n * sizeof(float));
+  /* Expert ranges outside a GEMM layer are refused with the range named. */
+  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
+  lc.n = 64, lc.k = 128, lc.experts = 3, lc.scheme = c.scheme;
+  hm_layer *gemm = NULL;
+  HM_ASSERT_OK(hm_layer_create(eng, &lc, &gemm));
+  float *w = calloc(2 * 64 * 128, sizeof(float));
+  assert_int_equal(hm_layer_quantize_experts(gemm, 2, 2, w, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "experts [2, 4) are outside the layer's 3"));
+  assert_int_equal(hm_layer_load_experts(gemm, -1, 1, &gu), HM_INVALID_ARGUMENT);
+  HM_ASSERT_OK(hm_layer_quantize_experts(gemm, 1, 2, w, NULL));
+  hm_layer_destroy(gemm);
+  free(w), free(got), free(want);
+  inputs_free(&in);
+  hm_moe_layer_destroy(ref);
   hm_moe_layer_destroy(l);
   hm_engine_destroy(eng);
   fixture_free(&fx);
@@ -394,10 +519,13 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(silu_with_shared_experts),
       cmocka_unit_test(caller_ids_with_masked_slots),
+      cmocka_unit_test(dense_shared_pair),
       cmocka_unit_test(gelu_softmax_router),
       cmocka_unit_test(squared_relu_two_shared),
       cmocka_unit_test(int8_activations),
       cmocka_unit_test(auto_layout_and_stats),
+      cmocka_unit_test(launches_per_layout),
+      cmocka_unit_test(fused_shared_expert_weights),
       cmocka_unit_test(model_presets),
       cmocka_unit_test(bad_configs_and_calls_are_refused),
   };

@@ -105,11 +105,19 @@ hm_status hm_comm_config_agree(hm_comm *c, hm_transport *t, hm_status local, con
 
 /* Batches with a payload other than the config's (the benchmark runs both). */
 hm_status hm_comm_batch_create_payload(hm_comm *c, hm_comm_payload payload, hm_comm_batch **out);
+/*
+ * Combine up to the rows at their home: TP reduce, gather, exchange. [OUT] rows: rows of
+ * the combine dtype, pos: [tokens * top_k] the row of each slot, -1 skipped; both in
+ * engine memory, valid until the next dispatch of the batch.
+ */
+hm_status hm_comm_combine_rows(hm_comm_batch *batch, hm_stream *stream, const void **rows,
+                               const int32_t **pos);
 /* Bytes this batch's last dispatch and combine sent (benchmark). */
 void hm_comm_batch_sent_bytes(const hm_comm_batch *b, double *dispatch_bytes, double *combine_bytes);
 
-/* Row bytes of a payload and of its scales for hidden elements. */
+/* Row bytes of a payload and of its scales for hidden elements; a wire row is both. */
 size_t hm_comm_payload_row_bytes(hm_comm_payload p, int64_t hidden);
 size_t hm_comm_scale_row_bytes(hm_comm_payload p, int64_t hidden);
+size_t hm_comm_wire_row_bytes(hm_comm_payload p, int64_t hidden);
 
 #endif

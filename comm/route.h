@@ -6,9 +6,15 @@
  *
  * Layout of EP group g (the same on its TP ranks): local expert j's segment holds the
  * rows from rank 0, then rank 1, ...; segments start at multiples of block_m
- * (contiguous) or at j * max_m (masked). A sender packs its rows by expert (hence by
- * group) and sends each expert's run to every TP rank of the owner group. In combine,
- * TP rank t of g owns chunk t of the reduce-scattered layout and returns the rows in it.
+ * (contiguous) or at j * max_m (masked). In combine, TP rank t of g owns chunk t of the
+ * reduce-scattered layout and returns the rows in it.
+ *
+ * Each pair of ranks exchanges one message per direction per exchange, whatever the
+ * number of experts: a sender packs its rows by expert, so a group's rows are one run;
+ * a receiver takes each peer's message whole into a staging buffer and one scatter
+ * (recv_dst) moves the rows into the layout. Combine mirrors it: the owner of a chunk
+ * gathers (back_src) each home rank's rows into one run, and the home rank reads its
+ * rows straight from what it received (combine_pos).
  */
 #ifndef HM_COMM_ROUTE_H
 #define HM_COMM_ROUTE_H
@@ -22,9 +28,10 @@ typedef struct hm_piece {
   int64_t rows;
 } hm_piece;
 
+/* At most one piece a peer, in peer order. */
 typedef struct hm_pieces {
   hm_piece *v;
-  int n, cap;
+  int n;
 } hm_pieces;
 
 struct hm_route {
@@ -42,11 +49,18 @@ struct hm_route {
   hm_status local_status;
   char local_error[256];
   /* From every rank's counts. */
-  int64_t *packed_start;  /* [experts] this rank's first packed row of expert e */
+  int64_t *packed_start;  /* [experts + 1] this rank's first packed row of expert e */
   int64_t *seg_start;     /* [world][experts] row of rank s's segment in e's group layout */
   int64_t *group_rows;    /* [ep] rows of each group's layout */
   int32_t *offsets;       /* [local_experts + 1] this rank's group layout */
   int32_t *expert_counts; /* [local_experts] */
+  int32_t *recv_dst;      /* dispatch: row i of the received messages -> its layout row */
+  int64_t n_recv;
+  int32_t *back_src; /* combine: layout row of each row this rank returns, by home rank */
+  int64_t n_back;
+  int32_t *back_pos;    /* packed row -> row of the messages received in combine */
+  int32_t *combine_pos; /* token * top_k + slot -> row received in combine, -1 when skipped */
+  int64_t *fill;        /* [world] scratch */
   hm_pieces dispatch_send, dispatch_recv, combine_send, combine_recv;
 };
 
@@ -60,7 +74,7 @@ size_t hm_route_msg_bytes(const struct hm_route *r);
  */
 void hm_route_local(struct hm_route *r, int64_t tokens);
 /* After the counts exchange: fails on every rank if one rank's input was bad or a
- * masked segment overflows, else builds the layouts and the pieces. */
+ * masked segment overflows, else builds the layouts, the pieces and the row maps. */
 hm_status hm_route_global(struct hm_route *r);
 /* Rows of group g's layout rounded up to a multiple of tp (the reduce-scatter size). */
 int64_t hm_route_padded_rows(const struct hm_route *r, int g);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The row operations around the exchanges, one table per backend: pack rows by
- * destination (fp8 1x128 quantization on the way), the top-k weighted combine at the
+ * destination (fp8 1x128 quantization on the way), scatter received rows into the
+ * expert layout and gather returned ones out of it, the top-k weighted combine at the
  * token's home, and the identity expert. The host table is the reference.
  */
 #ifndef HM_COMM_ROWS_H
@@ -9,7 +10,7 @@
 
 #include "comm.h"
 
-#define HM_ROWS_KERNELS 3
+#define HM_ROWS_KERNELS 5
 
 typedef struct hm_rows_ctx {
   hm_engine *engine;
@@ -21,9 +22,18 @@ typedef struct hm_rows_ctx {
 } hm_rows_ctx;
 
 struct hm_rows_ops {
-  /* out[i] = x[src[i]] for i < n; FP8 payload: e4m3 with out_scale[i][g] = amax/448 per 128. */
-  hm_status (*pack)(hm_rows_ctx *ctx, const void *x, const int32_t *src, int64_t n, void *out,
-                    float *out_scale, hm_stream *stream);
+  /*
+   * wire row i = x[src[i]] for i < n (hm_comm_wire_row_bytes each); FP8 payload: e4m3,
+   * then the row's f32 scales amax/448 per 128 columns.
+   */
+  hm_status (*pack)(hm_rows_ctx *ctx, const void *x, const int32_t *src, int64_t n, void *wire,
+                    hm_stream *stream);
+  /* Wire row i into out[dst[i]] and (FP8) its scales into out_scale[dst[i]], for i < n. */
+  hm_status (*scatter)(hm_rows_ctx *ctx, const void *wire, const int32_t *dst, int64_t n, void *out,
+                       float *out_scale, hm_stream *stream);
+  /* out[i] = in[src[i]] for i < n, rows of the combine dtype. */
+  hm_status (*gather)(hm_rows_ctx *ctx, const void *in, const int32_t *src, int64_t n, void *out,
+                      hm_stream *stream);
   /* y[t] = sum over slots s of w[t][s] * rows[pos[t][s]] in f32, slots in order; pos < 0 skipped. */
   hm_status (*combine)(hm_rows_ctx *ctx, const void *rows, const int32_t *pos, const float *w, int64_t tokens,
                        void *y, hm_stream *stream);

@@ -32,18 +32,47 @@ static void quantize_row(const uint16_t *x, int64_t hidden, uint8_t *q, float *s
   }
 }
 
-static hm_status host_pack(hm_rows_ctx *ctx, const void *x, const int32_t *src, int64_t n, void *out,
-                           float *out_scale, hm_stream *stream) {
+static hm_status host_pack(hm_rows_ctx *ctx, const void *x, const int32_t *src, int64_t n, void *wire,
+                           hm_stream *stream) {
   (void)stream;
   int64_t h = ctx->hidden;
+  size_t wire_bytes = hm_comm_wire_row_bytes(ctx->payload, h);
   for (int64_t i = 0; i < n; i++) {
     const uint16_t *row = (const uint16_t *)x + (size_t)src[i] * (size_t)h;
-    if (ctx->payload == HM_COMM_PAYLOAD_BF16)
-      memcpy((uint16_t *)out + (size_t)i * (size_t)h, row, (size_t)h * 2);
-    else
-      quantize_row(row, h, (uint8_t *)out + (size_t)i * (size_t)h,
-                   out_scale + (size_t)i * (size_t)(h / FP8_GROUP));
+    uint8_t *to = (uint8_t *)wire + (size_t)i * wire_bytes;
+    if (ctx->payload == HM_COMM_PAYLOAD_BF16) {
+      memcpy(to, row, (size_t)h * 2);
+      continue;
+    }
+    /* h is a multiple of 128 and wire rows of 4 bytes: the scales are aligned floats. */
+    quantize_row(row, h, to, (float *)(to + h));
   }
+  return HM_OK;
+}
+
+static size_t out_row_bytes(const hm_rows_ctx *ctx) {
+  return (size_t)ctx->hidden * (ctx->out == HM_F32 ? 4 : 2);
+}
+
+static hm_status host_scatter(hm_rows_ctx *ctx, const void *wire, const int32_t *dst, int64_t n, void *out,
+                              float *out_scale, hm_stream *stream) {
+  (void)stream;
+  size_t row = hm_comm_payload_row_bytes(ctx->payload, ctx->hidden);
+  size_t scales = hm_comm_scale_row_bytes(ctx->payload, ctx->hidden), wire_bytes = row + scales;
+  for (int64_t i = 0; i < n; i++) {
+    const uint8_t *from = (const uint8_t *)wire + (size_t)i * wire_bytes;
+    memcpy((uint8_t *)out + (size_t)dst[i] * row, from, row);
+    if (scales) memcpy((uint8_t *)out_scale + (size_t)dst[i] * scales, from + row, scales);
+  }
+  return HM_OK;
+}
+
+static hm_status host_gather(hm_rows_ctx *ctx, const void *in, const int32_t *src, int64_t n, void *out,
+                             hm_stream *stream) {
+  (void)stream;
+  size_t row = out_row_bytes(ctx);
+  for (int64_t i = 0; i < n; i++)
+    memcpy((char *)out + (size_t)i * row, (const char *)in + (size_t)src[i] * row, row);
   return HM_OK;
 }
 
@@ -82,6 +111,8 @@ static hm_status host_loopback(hm_rows_ctx *ctx, const void *x, const float *sca
 
 const struct hm_rows_ops hm_rows_host_ops = {
     .pack = host_pack,
+    .scatter = host_scatter,
+    .gather = host_gather,
     .combine = host_combine,
     .loopback = host_loopback,
 };

@@ -74,19 +74,50 @@ static hm_status end_group(hm_transport *t, ncclResult_t first, ncclComm_t comm,
   return settle(t, comm, what, hm_comm_now() + t->comm->cfg.timeout_s);
 }
 
+/*
+ * What a rank sends itself is a device copy on the stream, not an NCCL send/recv pair:
+ * with one rank (or a self-only exchange) no NCCL kernel runs at all. Transfers with one
+ * peer match in order, so the k-th self send lands in the k-th self receive.
+ */
+static hm_status copy_to_self(hm_transport *t, const hm_comm_xfer *sends, int n_send,
+                              const hm_comm_xfer *recvs, int n_recv, hm_stream *stream, const char *what,
+                              bool *others) {
+  hm_comm *c = t->comm;
+  int me = c->plan.rank, j = 0;
+  *others = false;
+  for (int i = 0; i < n_send; i++) {
+    if (sends[i].bytes == 0) continue;
+    if (sends[i].peer != me) {
+      *others = true;
+      continue;
+    }
+    while (j < n_recv && (recvs[j].peer != me || recvs[j].bytes == 0)) j++;
+    if (j == n_recv || recvs[j].bytes != sends[i].bytes)
+      HM_FAIL(HM_INTERNAL, "rank %d: %s sends itself %zu bytes that no receive of the same size takes", me,
+              what, sends[i].bytes);
+    HM_CHECK(hm_engine_copy(c->engine, recvs[j++].buf, sends[i].buf, sends[i].bytes, HM_COPY_D2D, stream));
+  }
+  for (int i = 0; i < n_recv; i++) *others |= recvs[i].bytes > 0 && recvs[i].peer != me;
+  return HM_OK;
+}
+
 static hm_status nccl_exchange(hm_transport *t, const hm_comm_xfer *sends, int n_send,
                                const hm_comm_xfer *recvs, int n_recv, hm_stream *stream, const char *what) {
   HM_CHECK(make_current(t->comm));
   struct nccl_state *s = state_of(t);
+  bool others = false;
+  HM_CHECK(copy_to_self(t, sends, n_send, recvs, n_recv, stream, what, &others));
+  if (!others) return HM_OK;
   cudaStream_t st = (cudaStream_t)hm_stream_native(stream);
+  int me = t->comm->plan.rank;
   ncclResult_t r = hm_nccl.ncclGroupStart();
   if (r != ncclSuccess) return nccl_comm_fail(t, r, s->world, what);
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n_recv && first == ncclSuccess; i++)
-    if (recvs[i].bytes)
+    if (recvs[i].bytes && recvs[i].peer != me)
       first = hm_nccl.ncclRecv(recvs[i].buf, recvs[i].bytes, ncclInt8, recvs[i].peer, s->world, st);
   for (int i = 0; i < n_send && first == ncclSuccess; i++)
-    if (sends[i].bytes)
+    if (sends[i].bytes && sends[i].peer != me)
       first = hm_nccl.ncclSend(sends[i].buf, sends[i].bytes, ncclInt8, sends[i].peer, s->world, st);
   if (first == ncclInProgress) first = ncclSuccess;
   return end_group(t, first, s->world, what);

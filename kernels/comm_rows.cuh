@@ -2,6 +2,8 @@
 // Row kernels around the comm exchanges (C side: comm/rows_cuda.c; reference:
 // comm/rows_host.c, which these match bit for bit): pack rows by destination with an
 // optional fp8 e4m3 1x128 quantization, the top-k weighted combine, the identity expert.
+// A packed fp8 row is its hidden e4m3 bytes followed by its hidden/128 f32 scales, so
+// that one message carries both.
 // No toolkit headers: bf16 and e4m3 are handled as bits so NVRTC needs no include path.
 #pragma once
 
@@ -61,12 +63,15 @@ extern "C" __global__ void hm_comm_pack_bf16(const uint4 *x, const int *src, lon
 
 // One block a row, one warp a 128-column group: 4 columns a lane, amax over the warp.
 extern "C" __global__ void hm_comm_pack_fp8(const unsigned short *x, const int *src, long long n, int hidden,
-                                            unsigned *out, float *scale) {
+                                            unsigned char *wire) {
   long long i = blockIdx.x;
   if (i >= n) return;
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   int groups = hidden / HM_COMM_FP8_GROUP;
   const unsigned short *row = x + (long long)src[i] * hidden;
+  unsigned char *to = wire + i * (hidden + groups * 4);
+  unsigned *out = (unsigned *)to;
+  float *scale = (float *)(to + hidden);
   for (int g = warp; g < groups; g += warps) {
     const unsigned short *xg = row + g * HM_COMM_FP8_GROUP + lane * 4;
     float v[4], amax = 0.0f;
@@ -82,8 +87,8 @@ extern "C" __global__ void hm_comm_pack_fp8(const unsigned short *x, const int *
       unsigned hi = hm_comm_e4m3x2(__fdiv_rn(v[2], s), __fdiv_rn(v[3], s));
       packed = lo | (hi << 16);
     }
-    out[(i * hidden + g * HM_COMM_FP8_GROUP) / 4 + lane] = packed;
-    if (lane == 0) scale[i * groups + g] = s;
+    out[g * HM_COMM_FP8_GROUP / 4 + lane] = packed;
+    if (lane == 0) scale[g] = s;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "core.h"
 #include "formats.h"
 #include "layer.h"
+#include "moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,7 +141,9 @@ typedef struct hm_comm_expert_batch {
   const int32_t *expert_counts;       /* [local_experts] valid rows */
   const int32_t *host_expert_offsets; /* the same on the host */
   const int32_t *host_expert_counts;
-  void *y; /* [rows, H] combine_dtype: write the expert outputs here */
+  void *y;                 /* [rows, H] combine_dtype: write the expert outputs here */
+  int64_t valid_rows;      /* rows that hold a dispatched (token, expert) */
+  const int32_t *row_list; /* [valid_rows] their rows, in the engine's memory */
 } hm_comm_expert_batch;
 
 /* Buffers for one micro-batch in flight; two of them overlap dispatch with compute. */
@@ -151,6 +154,7 @@ HM_API void hm_comm_batch_destroy(hm_comm_batch *batch);
 /*
  * [IN] tokens [OUT] out. Exchanges token counts, then sends each (token, expert) row to
  * every TP rank of the expert's EP group, landing in out->x in the configured layout.
+ * Each pair of ranks exchanges one message a direction, rows packed by destination.
  * Waits (bounded) for the counts; the rows follow on stream.
  */
 HM_API hm_status hm_comm_dispatch(hm_comm_batch *batch, const hm_comm_tokens *tokens, hm_stream *stream,
@@ -204,6 +208,48 @@ typedef struct hm_comm_bench_row {
  */
 HM_API hm_status hm_comm_bench(hm_comm *comm, int64_t tokens_lo, int64_t tokens_hi, int iters, int warmup,
                                hm_comm_bench_row *rows, int max_rows, int *n_rows);
+
+/* ---- The MoE layer sharded over the communicator's ranks ---- */
+
+typedef struct hm_moe_dist hm_moe_dist;
+
+/*
+ * [IN] engine (the communicator's), comm, config: the whole layer (every expert, the full
+ * intermediate), agreeing with comm on experts, hidden, intermediate and top_k; comm's
+ * combine_dtype bf16; an fp8 payload needs f8e4m3 activations with 1x128 scales.
+ * [OUT] out. Collective: this rank's shard is an hm_moe_layer of its local experts and
+ * its TP slice of I; shared experts stay whole, as they run on each token's own rank.
+ * A rank whose config differs or whose shard cannot be made fails every rank, named.
+ */
+HM_API hm_status hm_moe_dist_create(hm_engine *engine, hm_comm *comm, const hm_moe_config *config,
+                                    hm_moe_dist **out);
+/* Destroys the layer (not its communicator); NULL is a no-op. */
+HM_API void hm_moe_dist_destroy(hm_moe_dist *layer);
+/* f32 weights of the whole layer from the host, as for hm_moe_layer_quantize; each rank quantizes its shard.
+ */
+HM_API hm_status hm_moe_dist_quantize(hm_moe_dist *layer, const float *gate_up, const float *down);
+/*
+ * This rank's shard in the canonical contract from the host: gate_up (local_experts,
+ * 2 * local_I, H), its slice's gate rows then up rows ((local_experts, local_I, H) for
+ * RELU2); down (local_experts, H, local_I). hm_comm_plan says which experts and slice.
+ */
+HM_API hm_status hm_moe_dist_load_shard(hm_moe_dist *layer, const hm_weights_view *gate_up,
+                                        const hm_weights_view *down);
+/* The shared experts, whole, as for hm_moe_layer_quantize_shared and hm_moe_layer_load_shared. */
+HM_API hm_status hm_moe_dist_quantize_shared(hm_moe_dist *layer, const float *gate_up, const float *down);
+HM_API hm_status hm_moe_dist_load_shared(hm_moe_dist *layer, const hm_weights_view *gate_up,
+                                         const hm_weights_view *down);
+/* The router's correction bias f32 [E] from the host (router.correction_bias only). */
+HM_API hm_status hm_moe_dist_set_router_bias(hm_moe_dist *layer, const float *bias);
+/* Repacks the loaded weights and compiles the kernels, as hm_moe_layer_transform. */
+HM_API hm_status hm_moe_dist_transform(hm_moe_dist *layer, hm_stream *stream);
+/*
+ * Collective: every rank passes its own tokens (0..max_tokens). y = sum_k w[t,k] *
+ * expert(x[t]) (+ shared(x[t])), routed on this rank from router_logits unless topk_ids
+ * are given. Waits on the host for the routing (the counts exchange), bounded by the
+ * communicator's timeout; the rest is queued on stream.
+ */
+HM_API hm_status hm_moe_dist_forward(hm_moe_dist *layer, const hm_moe_forward_args *args, hm_stream *stream);
 
 #ifdef __cplusplus
 }

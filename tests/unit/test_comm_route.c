@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The routing plan of dispatch and combine, all ranks simulated in one process: the
- * pieces two ranks exchange match in order and size, rows land in their expert's
- * segment on every TP rank of the owner group, and after a simulated reduce-scatter
- * each (token, slot) gets its own row back, for EP8, TP8, EP4xTP2, EP2xTP4.
+ * The routing plan of dispatch and combine, all ranks simulated in one process: two
+ * ranks exchange one message per direction (or none) and its sizes match, rows
+ * scattered from the messages land in their expert's segment on every TP rank of the
+ * owner group, and after a simulated reduce-scatter and the gather each (token, slot)
+ * gets its own row back, for EP8, TP8, EP4xTP2, EP2xTP4.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -85,18 +86,16 @@ static hm_status sim_route(struct sim *s, hm_status *per_rank) {
   return first;
 }
 
-/* The pieces a sends to b and those b receives from a: same count, same sizes, same order. */
-static void check_matching(const hm_pieces *send, int from, const hm_pieces *recv, int to) {
-  int i = 0, j = 0;
-  for (;;) {
-    while (i < send->n && send->v[i].peer != to) i++;
-    while (j < recv->n && recv->v[j].peer != from) j++;
-    if (i == send->n || j == recv->n) break;
-    assert_int_equal(send->v[i].rows, recv->v[j].rows);
-    i++, j++;
-  }
-  assert_int_equal(i, send->n);
-  assert_int_equal(j, recv->n);
+/* One piece a peer at most, peers in order, and what a sends to b is what b expects from a. */
+static void check_one_message(const hm_pieces *p) {
+  for (int i = 1; i < p->n; i++) assert_true(p->v[i - 1].peer < p->v[i].peer);
+  for (int i = 0; i < p->n; i++) assert_true(p->v[i].rows > 0);
+}
+
+static const hm_piece *piece_with(const hm_pieces *p, int peer) {
+  for (int i = 0; i < p->n; i++)
+    if (p->v[i].peer == peer) return &p->v[i];
+  return NULL;
 }
 
 /* Row value on the wire: sender, token, expert; exact in double through /tp and the sum. */
@@ -104,21 +103,21 @@ static double row_value(int s, int64_t t, int64_t e) {
   return (double)(s * 100000 + t * 100 + e);
 }
 
-/* Moves rows along the matched pieces: dst[peer][row] = src[me][row] for every pair. */
+/* Moves each message: dst[b][recv row + k] = src[a][send row + k]. */
 static void move(struct sim *s, bool combine, double **src, double **dst) {
-  for (int a = 0; a < WORLD; a++)
+  for (int a = 0; a < WORLD; a++) {
+    const hm_pieces *send = combine ? &s->route[a].combine_send : &s->route[a].dispatch_send;
+    check_one_message(send);
     for (int b = 0; b < WORLD; b++) {
-      const hm_pieces *send = combine ? &s->route[a].combine_send : &s->route[a].dispatch_send;
       const hm_pieces *recv = combine ? &s->route[b].combine_recv : &s->route[b].dispatch_recv;
-      check_matching(send, a, recv, b);
-      int j = 0;
-      for (int i = 0; i < send->n; i++) {
-        if (send->v[i].peer != b) continue;
-        while (recv->v[j].peer != a) j++;
-        for (int64_t k = 0; k < send->v[i].rows; k++) dst[b][recv->v[j].row + k] = src[a][send->v[i].row + k];
-        j++;
-      }
+      check_one_message(recv);
+      const hm_piece *out = piece_with(send, b), *in = piece_with(recv, a);
+      assert_true((out == NULL) == (in == NULL));
+      if (out == NULL) continue;
+      assert_int_equal(out->rows, in->rows);
+      for (int64_t k = 0; k < out->rows; k++) dst[b][in->row + k] = src[a][out->row + k];
     }
+  }
 }
 
 static double **alloc_rows(int64_t rows) {
@@ -157,7 +156,8 @@ static void run_case(struct sim *s, hm_rng *rng, bool skewed) {
   for (int r = 0; r < WORLD; r++) s->route[r].tokens = random_tokens(rng, s->route[r].ids, skewed);
   hm_status st[WORLD];
   HM_ASSERT_OK(sim_route(s, st));
-  double **packed = alloc_rows(cap), **layout = alloc_rows(cap), **back = alloc_rows(cap);
+  double **packed = alloc_rows(cap), **staged = alloc_rows(cap), **layout = alloc_rows(cap);
+  double **gathered = alloc_rows(cap), **back = alloc_rows(cap);
   for (int r = 0; r < WORLD; r++) {
     const struct hm_route *rt = &s->route[r];
     for (int64_t p = 0; p < rt->n_send; p++) {
@@ -167,7 +167,9 @@ static void run_case(struct sim *s, hm_rng *rng, bool skewed) {
       packed[r][p] = row_value(r, t, e);
     }
   }
-  move(s, false, packed, layout);
+  move(s, false, packed, staged);
+  for (int r = 0; r < WORLD; r++)
+    for (int64_t i = 0; i < s->route[r].n_recv; i++) layout[r][s->route[r].recv_dst[i]] = staged[r][i];
   check_layouts(s, layout);
   /* Each TP rank holds a 1/tp partial; the owner of a chunk holds the sum after reduce-scatter. */
   double **summed = alloc_rows(cap);
@@ -177,18 +179,21 @@ static void run_case(struct sim *s, hm_rng *rng, bool skewed) {
     for (int64_t i = rt->tp_rank * chunk; i < (rt->tp_rank + 1) * chunk; i++)
       for (int q = 0; q < s->tp; q++) summed[r][i] += layout[rt->ep_rank * s->tp + q][i] / s->tp;
   }
-  move(s, true, summed, back);
+  for (int r = 0; r < WORLD; r++)
+    for (int64_t i = 0; i < s->route[r].n_back; i++) gathered[r][i] = summed[r][s->route[r].back_src[i]];
+  move(s, true, gathered, back);
   for (int r = 0; r < WORLD; r++) {
     const struct hm_route *rt = &s->route[r];
     for (int64_t i = 0; i < rt->tokens * TOP_K; i++) {
       if (rt->ids[i] < 0) {
-        assert_int_equal(rt->slot_pos[i], -1);
+        assert_int_equal(rt->combine_pos[i], -1);
         continue;
       }
-      assert_true(back[r][rt->slot_pos[i]] == row_value(r, i / TOP_K, rt->ids[i]));
+      assert_true(back[r][rt->combine_pos[i]] == row_value(r, i / TOP_K, rt->ids[i]));
     }
   }
-  free_rows(packed), free_rows(layout), free_rows(back), free_rows(summed);
+  free_rows(packed), free_rows(staged), free_rows(layout), free_rows(gathered), free_rows(back);
+  free_rows(summed);
 }
 
 static void every_shape_and_layout(void **state) {

@@ -10,6 +10,8 @@ target_include_directories(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch
 
 target_compile_definitions(test_bench_modes PRIVATE HM_BENCH_EXE="$<TARGET_FILE:humming-moe-bench>")
 add_dependencies(test_bench_modes humming-moe-bench)
+target_compile_definitions(test_bench_plan PRIVATE HM_BENCH_EXE="$<TARGET_FILE:humming-moe-bench>")
+add_dependencies(test_bench_plan humming-moe-bench)
 # The comm mode initializes MPI as a singleton, which Open MPI refuses to root without these.
 set_tests_properties(test_bench_modes PROPERTIES
                      ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")

@@ -29,6 +29,7 @@ typedef struct hm_bench_opts {
   char quant_name[HM_OPT_STR_LEN];
   char layout_name[HM_OPT_STR_LEN];
   char gemm_name[HM_OPT_STR_LEN]; /* kernel mode: gate_up | down */
+  char plan_name[HM_OPT_STR_LEN]; /* kernel mode: auto|heuristic|tuned|default|all; "" = HUMMING_GEMM_PLAN's */
   char backend_name[HM_OPT_STR_LEN];
   char baseline_name[HM_OPT_STR_LEN]; /* ours | torch | none */
   char json_path[HM_OPT_STR_LEN], csv_path[HM_OPT_STR_LEN];
@@ -43,6 +44,7 @@ typedef struct hm_bench_opts {
   bool help, list_models;
   bool seen_m, seen_iters, seen_warmup, seen_concurrency, seen_requests, seen_input, seen_output, seen_step;
   bool seen_quant;
+  bool seen_ep; /* --ep or --tp given: layer and e2e shard even at one rank */
   /* resolved from the names above */
   hm_model_preset model;
   hm_quant_scheme scheme;
@@ -64,6 +66,7 @@ typedef struct hm_bench {
   hm_stream *stream;
   hm_stream *host_stream; /* on host (stream itself on the host) */
   int rank, world, local_rank;
+  bool mpi; /* MPI is up: launched by mpirun, or asked to shard */
   hm_report *report;
   hm_roof roof;
   void *flush_buf; /* written between timed runs to evict L2; NULL on the host */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "heuristics/choose_engine.h"
 
 static const char *const mode_names[] = {"kernel", "layer", "comm", "e2e"};
 
@@ -23,10 +24,14 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
       {"--layout", HM_OPT_STR, o->layout_name, 0, 0, "L",
        "kernel: indexed|contiguous|masked|dense; else auto|indexed|contiguous|masked", NULL},
       {"--gemm", HM_OPT_STR, o->gemm_name, 0, 0, "G", "kernel mode: gate_up | down", NULL},
+      {"--plan", HM_OPT_STR, o->plan_name, 0, 0, "P",
+       "kernel mode: kernel tables from auto|heuristic|tuned|default, or all three side by side "
+       "(default: HUMMING_GEMM_PLAN)",
+       NULL},
       {"--m", HM_OPT_LIST, &o->m, 1, 1 << 24, "LIST",
        "token counts: 1:8192:x2, 16:256:+16 or 1,8,64 (host: 1:256:x4)", &o->seen_m},
-      {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},
-      {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks", NULL},
+      {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", &o->seen_ep},
+      {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks", &o->seen_ep},
       {"--iters", HM_OPT_INT, &o->iters, 1, 1000000, "N", "timed runs per size (host: 5)", &o->seen_iters},
       {"--warmup", HM_OPT_INT, &o->warmup, 0, 1000000, "N", "untimed runs first (host: 1)", &o->seen_warmup},
       {"--check", HM_OPT_INT, &o->check, 0, 1, "0|1", "compare with the host reference before timing", NULL},
@@ -174,6 +179,7 @@ static bool resolve(hm_bench_opts *o) {
     return false;
   }
   const char *bad = NULL;
+  hm_plan_source plan;
   bool kernel = o->mode == HM_MODE_KERNEL;
   if (o->layout_name[0] == '\0') strcpy(o->layout_name, kernel ? "indexed" : "auto");
   o->layout = HM_GEMM_INDEXED;
@@ -183,12 +189,13 @@ static bool resolve(hm_bench_opts *o) {
                  : "--layout: expected auto, indexed, contiguous or masked";
   else if (!kernel && o->layout == HM_GEMM_DENSE)
     bad = "--layout dense is a kernel-mode layout";
-  else if (o->mode != HM_MODE_COMM && o->ep * o->tp > 1)
-    bad =
-        "--ep/--tp shard the comm mode; kernel, layer and e2e time one GPU a rank (under mpirun, one copy "
-        "each)";
+  else if (o->mode == HM_MODE_KERNEL && o->ep * o->tp > 1)
+    bad = "--ep/--tp shard the comm, layer and e2e modes; kernel mode times one GPU a rank";
   else if (strcmp(o->gemm_name, "gate_up") != 0 && strcmp(o->gemm_name, "down") != 0)
     bad = "--gemm: expected gate_up or down";
+  else if (o->plan_name[0] && strcmp(o->plan_name, "all") &&
+           hm_plan_source_parse(o->plan_name, &plan) != HM_OK)
+    bad = "--plan: expected auto, heuristic, tuned, default or all";
   else if (strcmp(o->backend_name, "auto") && strcmp(o->backend_name, "host") &&
            strcmp(o->backend_name, "cuda"))
     bad = "--backend: expected auto, host or cuda";

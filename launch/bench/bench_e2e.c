@@ -11,6 +11,7 @@
 #include "bench/bench.h"
 #include "bench/bench_e2e_model.h"
 #include "bench/bench_e2e_sched.h"
+#include "bench/bench_moe_dist.h"
 #include "check.h"
 
 enum {
@@ -106,7 +107,7 @@ static void emit_row(struct e2e_bench *eb, const char *quant, int ci, int64_t co
       [COL_STEP_TOK] = HM_NUM(r->mean_step_tokens),
       [COL_STEP_MS] = HM_NUM(r->mean_step_ms),
       [COL_VS_BF16] = bf16 ? HM_NUM(1.0) : HM_NUM(r->tok_per_s / base),
-      [COL_WRONG] = HM_NUM(eb->model.wrong),
+      [COL_WRONG] = eb->model.wrong >= 0 ? HM_NUM(eb->model.wrong) : HM_NONE,
       [COL_DURATION] = HM_NUM(r->duration_s),
       [COL_OUT_TOKENS] = HM_NUM(r->output_tokens),
       [COL_LAYERS] = HM_NUM(eb->model.layers),
@@ -141,9 +142,10 @@ static hm_status run_scheme(struct e2e_bench *eb, const char *quant) {
   hm_report_header(b->report, "%s: %d layers, %d with MoE cycling over %d distinct weight sets of %.1f MB",
                    quant, eb->model.layers, eb->model.layers - eb->model.dense_layers, eb->model.moe_count,
                    hm_e2e_moe_block_bytes(&eb->model) / 1e6);
+  if (eb->model.comm) hm_bench_dist_header(b, eb->model.comm, &eb->model.moe, eb->model.wrong >= 0);
   hm_status st = warm_up(eb);
   if (st == HM_OK) st = serve_all(eb, quant, strcmp(quant, "bf16") == 0);
-  eb->wrong += eb->model.wrong;
+  if (eb->model.wrong > 0) eb->wrong += eb->model.wrong;
   hm_e2e_model_destroy(&eb->model);
   return st;
 }

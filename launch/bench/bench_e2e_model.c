@@ -8,6 +8,7 @@
 #include "bench/bench_e2e_model.h"
 #include "bench/bench_layer.h"
 #include "bench/bench_moe.h"
+#include "bench/bench_moe_dist.h"
 #include "check.h"
 #include "cuda_driver.h"
 
@@ -130,7 +131,9 @@ static hm_status make_buffers(hm_e2e_model *m) {
   if (logits == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "router logits");
   hm_status ret = HM_OK;
   void *dev = NULL;
-  HM_CHECK_GOTO(hm_bench_random_normal(logits, t * p->experts, 2.0f, (uint64_t)b->o.seed + 3), done);
+  /* Ranks route their own tokens: the same logits everywhere would send every rank to the same experts. */
+  uint64_t seed = (uint64_t)b->o.seed + 3 + 7919 * (uint64_t)b->rank;
+  HM_CHECK_GOTO(hm_bench_random_normal(logits, t * p->experts, 2.0f, seed), done);
   HM_CHECK_GOTO(hm_mem_alloc(b->engine, (size_t)(t * p->experts) * sizeof(float), &dev), done);
   m->logits = dev;
   HM_CHECK_GOTO(hm_mem_upload(b->engine, dev, logits, (size_t)(t * p->experts) * sizeof(float)), done);
@@ -194,22 +197,43 @@ static int fit_moe_blocks(const hm_e2e_model *m, int distinct, mem_free before, 
   return fit < 1 ? 1 : fit > most ? most : (int)fit;
 }
 
-/* The first block's layer against the host reference, on a few random tokens. */
-static hm_status check_first(hm_e2e_model *m, const hm_bench_moe_weights *w) {
+/*
+ * The first block's layer against the host reference, on a few random tokens (each
+ * rank its own when sharded, whose reference is the whole layer drawn as the shards were).
+ */
+static hm_status check_first(hm_e2e_model *m, const hm_bench_moe_weights *w, uint64_t seed) {
   hm_bench *b = m->b;
   hm_moe_layer *ref = NULL;
   hm_bench_layer_inputs in;
   memset(&in, 0, sizeof(in));
   hm_status ret = HM_OK;
-  HM_CHECK_GOTO(hm_bench_moe_layer_make(b->host, b->host_stream, &m->moe, w, CHECK_TOKENS, &ref), done);
-  HM_CHECK_GOTO(
-      hm_bench_layer_inputs_make(b, &m->moe, w->router_bias, CHECK_TOKENS, (uint64_t)b->o.seed + 5, &in),
-      done);
-  HM_CHECK_GOTO(hm_bench_layer_check(b, &m->moe, m->moe_blocks[0].moe, ref, &in, &m->wrong), done);
+  if (m->comm)
+    HM_CHECK_GOTO(hm_bench_dist_reference(b, &m->moe, seed, CHECK_TOKENS, &ref), done);
+  else
+    HM_CHECK_GOTO(hm_bench_moe_layer_make(b->host, b->host_stream, &m->moe, w, CHECK_TOKENS, &ref), done);
+  uint64_t input_seed = (uint64_t)b->o.seed + 5 + 7919 * (uint64_t)b->rank;
+  HM_CHECK_GOTO(hm_bench_layer_inputs_make(b, &m->moe, w->router_bias, CHECK_TOKENS, input_seed, &in), done);
+  HM_CHECK_GOTO(hm_bench_layer_check(b, &m->moe, &m->moe_blocks[0].moe, ref, &in, &m->wrong), done);
+  if (m->comm) m->wrong = (int64_t)hm_bench_reduce_sum(b, (double)m->wrong);
 done:
   hm_bench_layer_inputs_free(b, &in);
   hm_moe_layer_destroy(ref);
   return ret;
+}
+
+/* One MoE block: the whole layer on this GPU, or this rank's shard of it. */
+static hm_status make_moe_block(hm_e2e_model *m, const hm_bench_moe_weights *w, uint64_t seed,
+                                hm_bench_moe *out) {
+  hm_bench *b = m->b;
+  if (m->comm) return hm_bench_dist_layer(b, m->comm, &m->moe, seed, out);
+  return hm_bench_moe_layer_make(b->engine, b->stream, &m->moe, w, m->max_tokens, &out->layer);
+}
+
+/* The sharded layer's weights are drawn per rank: here only its shared experts and router bias. */
+static hm_status draw_weights(hm_e2e_model *m, uint64_t seed, hm_bench_moe_weights *w) {
+  if (m->comm == NULL) return hm_bench_moe_weights_make(&m->moe, seed, w);
+  memset(w, 0, sizeof(*w));
+  return hm_bench_moe_weights_shared(&m->moe, seed, w);
 }
 
 static hm_status make_moe_blocks(hm_e2e_model *m, int distinct) {
@@ -218,20 +242,22 @@ static hm_status make_moe_blocks(hm_e2e_model *m, int distinct) {
   if (most <= 0) return HM_OK;
   gemm_shape s[HM_E2E_MAX_GEMMS];
   double attn_bytes = shapes_bytes(s, block_shapes(&b->o.model, true, s));
+  uint64_t seed = (uint64_t)b->o.seed + 100;
   hm_bench_moe_weights w;
-  HM_CHECK(hm_bench_moe_weights_make(&m->moe, (uint64_t)b->o.seed + 100, &w));
+  HM_CHECK(draw_weights(m, seed, &w));
   hm_status ret = HM_OK;
   mem_free before = mem_now(b);
-  HM_CHECK_GOTO(
-      hm_bench_moe_layer_make(b->engine, b->stream, &m->moe, &w, m->max_tokens, &m->moe_blocks[0].moe), done);
+  HM_CHECK_GOTO(make_moe_block(m, &w, seed, &m->moe_blocks[0].moe), done);
   m->moe_count = 1;
   /* The reference layer comes and goes before the others are made: it must not count as theirs. */
-  if (b->o.check) HM_CHECK_GOTO(check_first(m, &w), done);
+  m->wrong = -1;
+  bool checked = m->comm ? hm_bench_dist_checkable(b, &m->moe) : b->o.check;
+  if (checked) HM_CHECK_GOTO(check_first(m, &w, seed), done);
   int count = fit_moe_blocks(m, distinct, before, attn_bytes);
+  /* Sharded blocks are made together: every rank makes as many as the tightest one fits. */
+  if (m->comm) count = -(int)hm_bench_reduce_max(b, -(double)count);
   for (; m->moe_count < count; m->moe_count++)
-    HM_CHECK_GOTO(hm_bench_moe_layer_make(b->engine, b->stream, &m->moe, &w, m->max_tokens,
-                                          &m->moe_blocks[m->moe_count].moe),
-                  done);
+    HM_CHECK_GOTO(make_moe_block(m, &w, seed, &m->moe_blocks[m->moe_count].moe), done);
 done:
   hm_bench_moe_weights_free(&w);
   return ret;
@@ -252,6 +278,7 @@ static hm_status make_lm_head(hm_e2e_model *m) {
 static hm_status build(hm_e2e_model *m, int distinct) {
   const hm_model_preset *p = &m->b->o.model;
   gemm_shape s[HM_E2E_MAX_GEMMS];
+  if (hm_bench_dist(m->b)) HM_CHECK(hm_bench_dist_comm(m->b, &m->moe, m->max_tokens, &m->comm));
   HM_CHECK(make_buffers(m));
   HM_CHECK(make_lm_head(m));
   /* Two dense blocks already exceed L2 between uses; more would only take memory from MoE blocks. */
@@ -282,7 +309,7 @@ hm_status hm_e2e_model_build(hm_bench *b, const hm_quant_scheme *scheme, int64_t
 static void blocks_free(hm_e2e_block *blocks, int count) {
   for (int i = 0; blocks != NULL && i < count; i++) {
     for (int j = 0; j < blocks[i].count; j++) hm_layer_destroy(blocks[i].gemms[j].layer);
-    hm_moe_layer_destroy(blocks[i].moe);
+    hm_bench_moe_destroy(&blocks[i].moe);
   }
   free(blocks);
 }
@@ -293,6 +320,7 @@ void hm_e2e_model_destroy(hm_e2e_model *m) {
   blocks_free(m->moe_blocks, m->moe_count);
   blocks_free(m->dense_blocks, m->dense_count);
   hm_layer_destroy(m->lm_head.layer);
+  hm_comm_destroy(m->comm);
   hm_mem_free(e, m->x), hm_mem_free(e, m->y), hm_mem_free(e, m->in_scratch), hm_mem_free(e, m->out_scratch);
   hm_mem_free(e, m->logits);
   memset(m, 0, sizeof(*m));
@@ -314,9 +342,9 @@ hm_status hm_e2e_model_step(hm_e2e_model *m, int64_t tokens, int64_t sampled, hm
     const hm_e2e_block *blk =
         dense ? &m->dense_blocks[i % m->dense_count] : &m->moe_blocks[(i - m->dense_layers) % m->moe_count];
     for (int g = 0; g < blk->count; g++) HM_CHECK(gemm_forward(m, &blk->gemms[g], tokens, stream));
-    if (blk->moe == NULL) continue;
+    if (dense) continue;
     hm_moe_forward_args a = {.tokens = tokens, .x = m->x, .router_logits = m->logits, .y = m->y};
-    HM_CHECK(hm_moe_layer_forward(blk->moe, &a, stream));
+    HM_CHECK(hm_bench_moe_forward(&blk->moe, &a, stream));
   }
   return sampled > 0 ? gemm_forward(m, &m->lm_head, sampled, stream) : HM_OK;
 }

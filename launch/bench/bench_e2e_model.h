@@ -11,6 +11,7 @@
 #define HM_BENCH_E2E_MODEL_H
 
 #include "bench/bench.h"
+#include "bench/bench_moe.h"
 
 #define HM_E2E_MAX_GEMMS 8
 
@@ -25,7 +26,7 @@ typedef struct hm_e2e_gemm {
 typedef struct hm_e2e_block {
   hm_e2e_gemm gemms[HM_E2E_MAX_GEMMS];
   int count;
-  hm_moe_layer *moe; /* NULL for a dense block */
+  hm_bench_moe moe; /* none for a dense block */
 } hm_e2e_block;
 
 typedef struct hm_e2e_model {
@@ -35,10 +36,11 @@ typedef struct hm_e2e_model {
   hm_e2e_block *moe_blocks, *dense_blocks;
   int moe_count, dense_count;
   hm_e2e_gemm lm_head;
+  hm_comm *comm; /* the sharded MoE layers' (mpirun with --ep x --tp = ranks), else NULL */
   int64_t max_tokens;
   void *x, *y, *in_scratch, *out_scratch;
   float *logits;
-  int64_t wrong; /* #wrong of the first MoE block against the host reference */
+  int64_t wrong; /* #wrong of the first MoE block against the host reference, -1 unchecked */
 } hm_e2e_model;
 
 /*

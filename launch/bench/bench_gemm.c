@@ -54,7 +54,8 @@ double hm_bench_gemm_bytes(const hm_bench_gemm_shape *shape, const hm_quant_sche
 }
 
 hm_status hm_bench_gemm_layer_create(hm_bench *b, const hm_bench_gemm_shape *shape,
-                                     const hm_quant_scheme *scheme, uint64_t seed, hm_bench_gemm_layer *out) {
+                                     const hm_quant_scheme *scheme, uint64_t seed, hm_plan_source plan,
+                                     hm_bench_gemm_layer *out) {
   memset(out, 0, sizeof(*out));
   out->scheme = *scheme;
   hm_layer_config cfg = HM_LAYER_CONFIG_INIT;
@@ -66,6 +67,7 @@ hm_status hm_bench_gemm_layer_create(hm_bench *b, const hm_bench_gemm_shape *sha
   hm_status ret = HM_OK;
   HM_CHECK(hm_bench_random_weights(&out->w, &scheme->weight, shape->experts, shape->n, shape->k, seed));
   HM_CHECK_GOTO(hm_layer_create(b->engine, &cfg, &out->layer), fail);
+  HM_CHECK_GOTO(hm_layer_set_plan_source(out->layer, plan), fail);
   hm_weights_view view = hm_host_weights_view(&out->w);
   HM_CHECK_GOTO(hm_layer_load(out->layer, &view), fail);
   HM_CHECK_GOTO(hm_layer_transform(out->layer, b->stream), fail);
@@ -210,7 +212,7 @@ hm_status hm_bench_gemm_run_make(hm_bench *b, const hm_bench_gemm_shape *shape, 
   memset(out, 0, sizeof(*out));
   out->engine = b->engine;
   out->layer = l->layer;
-  out->block_m = hm_layer_block_m(l->layer, valid_rows(shape, in->tokens));
+  out->block_m = is_moe(shape) ? hm_layer_block_m(l->layer, valid_rows(shape, in->tokens)) : 0;
   hm_status ret = HM_OK;
   float *rows = NULL;
   int64_t a_rows = 0;
@@ -244,16 +246,18 @@ hm_status hm_bench_gemm_forward(void *ctx, hm_stream *stream) {
   return hm_layer_forward(run->layer, &run->args, stream);
 }
 
-/* The layer's own choice (engine/layer_cuda.c): the plan entry for the valid M, or for an
-   indexed forward the nearest smaller one whose bm divides the metadata's block_m. */
+/*
+ * The layer's own choice (hm_layer_kernel_config), as forward picks it; on the host,
+ * where the reference runs, the kernel a GPU of the device profile would run.
+ */
 void hm_bench_kernel_name(const hm_layer *layer, const hm_gemm_args *args, char *buf, size_t len) {
-  const hm_layer_table *t = &layer->dev.tables[args->type];
-  if (layer->engine->kind != HM_BACKEND_CUDA || !t->built) {
+  hm_gemm_config cfg;
+  const bool host = layer->engine->kind != HM_BACKEND_CUDA;
+  if (hm_layer_kernel_config(layer, args, &cfg, NULL) != HM_OK) {
     snprintf(buf, len, args->type == HM_GEMM_INDEXED ? "host_bm%d" : "host", args->block_m);
     return;
   }
-  int i = hm_gemm_plan_pick(&t->plan, hm_gemm_valid_m(args, layer->cfg.experts));
-  while (args->type == HM_GEMM_INDEXED && i > 0 && args->block_m % t->plan.cfg[i].tuning.bm != 0) i--;
-  const hm_gemm_tuning *k = &t->plan.cfg[i].tuning;
-  snprintf(buf, len, "bm%d_bn%d_bk%d_s%d%s", k->bm, k->bn, k->bk, k->stages, k->stream_k ? "_sk" : "");
+  const hm_gemm_tuning *k = &cfg.tuning;
+  snprintf(buf, len, "%sbm%d_bn%d_bk%d_s%d%s%s", host ? "host:" : "", k->bm, k->bn, k->bk, k->stages,
+           k->stream_k ? "_sk" : "", k->mma == HM_MMA_WGMMA ? "_wg" : "");
 }

@@ -9,6 +9,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_align.h"
+#include "heuristics/choose_engine.h"
 #include "quant.h"
 
 typedef struct hm_bench_gemm_shape {
@@ -45,8 +46,10 @@ typedef struct hm_bench_gemm_run {
   int block_m;
 } hm_bench_gemm_run;
 
+/* A layer of the shape with random weights, its kernel tables from plan (HUMMING_GEMM_PLAN's under auto). */
 hm_status hm_bench_gemm_layer_create(hm_bench *b, const hm_bench_gemm_shape *shape,
-                                     const hm_quant_scheme *scheme, uint64_t seed, hm_bench_gemm_layer *out);
+                                     const hm_quant_scheme *scheme, uint64_t seed, hm_plan_source plan,
+                                     hm_bench_gemm_layer *out);
 void hm_bench_gemm_layer_destroy(hm_bench_gemm_layer *l);
 
 hm_status hm_bench_gemm_inputs_make(const hm_bench_gemm_shape *shape, int64_t tokens, uint64_t seed,
@@ -64,7 +67,8 @@ hm_status hm_bench_gemm_check(hm_bench *b, const hm_bench_gemm_shape *shape, con
 
 /*
  * A short name of the kernel the layer runs for args ("bm16_bn128_bk256_s4", "_sk" with
- * Stream-K), read from the layer's kernel table after a forward; "host" on the host.
+ * Stream-K), read from the layer's kernel table; "host:" before it on the host, where
+ * the reference runs, and "host" alone for schemes no kernel takes.
  */
 void hm_bench_kernel_name(const hm_layer *layer, const hm_gemm_args *args, char *buf, size_t len);
 

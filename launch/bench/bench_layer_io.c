@@ -7,16 +7,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
 #include "bench/bench_align.h"
 #include "bench/bench_check.h"
 #include "bench/bench_data.h"
 #include "bench/bench_layer.h"
 #include "bench/bench_moe.h"
+#include "bench/bench_moe_dist.h"
 #include "check.h"
 #include "numfmt.h"
 
 /* Logits spread like a trained router's: a few experts stand out per token. */
 #define LOGIT_SCALE 2.0f
+
+/* Experts any rank's tokens pick: the sharded layer reads each of them once, somewhere. */
+static hm_status active_over_ranks(const int32_t *ids, int64_t count, int64_t experts, int64_t *active) {
+  int *picked = calloc((size_t)experts, sizeof(int));
+  if (picked == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "%lld expert flags", (long long)experts);
+  for (int64_t i = 0; i < count; i++)
+    if (ids[i] >= 0 && ids[i] < experts) picked[ids[i]] = 1;
+  MPI_Allreduce(MPI_IN_PLACE, picked, (int)experts, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  *active = 0;
+  for (int64_t e = 0; e < experts; e++) *active += picked[e];
+  free(picked);
+  return HM_OK;
+}
 
 static hm_status count_active(hm_bench *b, const hm_moe_config *c, const float *bias,
                               hm_bench_layer_inputs *in) {
@@ -29,7 +45,10 @@ static hm_status count_active(hm_bench *b, const hm_moe_config *c, const float *
   HM_CHECK_GOTO(hm_moe_route(b->host, &c->router, in->tokens, in->logits_host,
                              c->router.correction_bias ? bias : NULL, ids, w, b->host_stream),
                 done);
-  in->active_experts = hm_bench_active_experts(ids, (int64_t)slots, c->router.experts);
+  if (hm_bench_dist(b))
+    HM_CHECK_GOTO(active_over_ranks(ids, (int64_t)slots, c->router.experts, &in->active_experts), done);
+  else
+    in->active_experts = hm_bench_active_experts(ids, (int64_t)slots, c->router.experts);
 done:
   free(ids);
   free(w);
@@ -138,9 +157,9 @@ done:
   return ret;
 }
 
-hm_status hm_bench_layer_check(hm_bench *b, const hm_moe_config *c, hm_moe_layer *layer, hm_moe_layer *ref,
-                               const hm_bench_layer_inputs *in, int64_t *wrong) {
-  HM_CHECK(hm_moe_layer_forward(layer, &in->args, b->stream));
+hm_status hm_bench_layer_check(hm_bench *b, const hm_moe_config *c, const hm_bench_moe *layer,
+                               hm_moe_layer *ref, const hm_bench_layer_inputs *in, int64_t *wrong) {
+  HM_CHECK(hm_bench_moe_forward(layer, &in->args, b->stream));
   HM_CHECK(hm_stream_synchronize(b->stream));
   struct sample s;
   memset(&s, 0, sizeof(s));

@@ -44,23 +44,30 @@ hm_status hm_bench_moe_config(const hm_bench_opts *o, const hm_quant_scheme *sch
   return HM_OK;
 }
 
+hm_status hm_bench_moe_weights_shared(const hm_moe_config *c, uint64_t seed, hm_bench_moe_weights *w) {
+  const hm_quant_format *f = &c->scheme.weight;
+  int64_t e = c->router.experts, h = c->hidden;
+  int64_t shared = c->shared_experts * (c->shared_intermediate ? c->shared_intermediate : c->intermediate);
+  if (shared > 0) {
+    HM_CHECK(hm_bench_random_weights(&w->shared_gate_up, f, 1, 2 * shared, h, seed + 2));
+    HM_CHECK(hm_bench_random_weights(&w->shared_down, f, 1, h, shared, seed + 3));
+  }
+  if (c->router.correction_bias) {
+    w->router_bias = malloc((size_t)e * sizeof(float));
+    if (w->router_bias == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "router bias");
+    hm_bench_random_f32(w->router_bias, e, -0.1f, 0.1f, seed + 4);
+  }
+  return HM_OK;
+}
+
 hm_status hm_bench_moe_weights_make(const hm_moe_config *c, uint64_t seed, hm_bench_moe_weights *out) {
   memset(out, 0, sizeof(*out));
   const hm_quant_format *f = &c->scheme.weight;
   int64_t e = c->router.experts, h = c->hidden, i = c->intermediate;
-  int64_t shared = c->shared_experts * (c->shared_intermediate ? c->shared_intermediate : i);
   hm_status ret = HM_OK;
   HM_CHECK_GOTO(hm_bench_random_weights(&out->gate_up, f, e, 2 * i, h, seed), fail);
   HM_CHECK_GOTO(hm_bench_random_weights(&out->down, f, e, h, i, seed + 1), fail);
-  if (shared > 0) {
-    HM_CHECK_GOTO(hm_bench_random_weights(&out->shared_gate_up, f, 1, 2 * shared, h, seed + 2), fail);
-    HM_CHECK_GOTO(hm_bench_random_weights(&out->shared_down, f, 1, h, shared, seed + 3), fail);
-  }
-  if (c->router.correction_bias) {
-    out->router_bias = malloc((size_t)e * sizeof(float));
-    if (out->router_bias == NULL) HM_FAIL_GOTO(HM_OUT_OF_MEMORY, fail, "router bias");
-    hm_bench_random_f32(out->router_bias, e, -0.1f, 0.1f, seed + 4);
-  }
+  HM_CHECK_GOTO(hm_bench_moe_weights_shared(c, seed, out), fail);
   return HM_OK;
 fail:
   hm_bench_moe_weights_free(out);
@@ -103,6 +110,17 @@ fail:
   return ret;
 }
 
+hm_status hm_bench_moe_forward(const hm_bench_moe *m, const hm_moe_forward_args *args, hm_stream *stream) {
+  return m->dist ? hm_moe_dist_forward(m->dist, args, stream) : hm_moe_layer_forward(m->layer, args, stream);
+}
+
+void hm_bench_moe_destroy(hm_bench_moe *m) {
+  hm_moe_layer_destroy(m->layer);
+  hm_moe_dist_destroy(m->dist);
+  m->layer = NULL;
+  m->dist = NULL;
+}
+
 static double shared_bytes(const hm_moe_config *c) {
   int64_t s = c->shared_experts * (c->shared_intermediate ? c->shared_intermediate : c->intermediate);
   if (s == 0) return 0;
@@ -119,6 +137,12 @@ static double expert_bytes(const hm_moe_config *c) {
 double hm_bench_moe_bytes(const hm_moe_config *c, int64_t tokens, int64_t active_experts) {
   double io = (double)tokens * (double)c->hidden * 2 * 2 + (double)tokens * (double)c->router.experts * 4;
   return (double)active_experts * expert_bytes(c) + shared_bytes(c) + io;
+}
+
+double hm_bench_moe_rank_bytes(const hm_moe_config *c, int64_t tokens, int64_t active_experts, int ranks) {
+  double all = hm_bench_moe_bytes(c, tokens, active_experts),
+         routed = (double)active_experts * expert_bytes(c);
+  return all - routed + routed / ranks;
 }
 
 double hm_bench_moe_flops(const hm_moe_config *c, int64_t tokens) {

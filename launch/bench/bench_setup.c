@@ -39,6 +39,7 @@ static int start_mpi(hm_bench *b) {
   hm_comm_world world;
   hm_status st = hm_comm_mpi_init(NULL, NULL, &world);
   if (st != HM_OK) return hm_bench_fail(b, "MPI", st);
+  b->mpi = true;
   b->rank = world.rank;
   b->world = world.size;
   b->local_rank = world.local_rank;

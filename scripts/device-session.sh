@@ -3,16 +3,18 @@
 # One GPU session of the whole engine, for a lent machine with little time: build, then
 # the phases named in PHASES, each step under its own time limit so one slow step cannot
 # cost the others. Logs and JSON go to $OUT, packed into $OUT/logs.tar.gz (a device call
-# returns only a few files); a short summary is printed last. Run from the repo root:
+# returns only a few files: the logs sit in $OUT/logs); a short summary is printed last. Run from the repo root:
 #   source .devdeps/env.sh && PHASES="tests kernels" scripts/device-session.sh
 # Phases: tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
-# columns), system (comm, e2e, the embedding example).
+# columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
+# the dense decode GEMM).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
 PHASES=${PHASES:-tests kernels layers plan system}
-mkdir -p "$OUT"
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
 export HUMMING_CACHE_DIR=${HUMMING_CACHE_DIR:-/tmp/humming-cache}
 summary="$OUT/summary.txt"
 : >"$summary"
@@ -23,65 +25,81 @@ step() { # name seconds command...
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
   note "step $name: rc=$rc in $((SECONDS - t0)) s"
   return $rc
 }
 
 pack() {
-  tar -C "$OUT" -czf "$OUT/logs.tar.gz" --exclude=logs.tar.gz . 2>/dev/null
+  tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs 2>/dev/null && rm -rf "$LOGS"
 }
 trap pack EXIT
 
 has() { [[ " $PHASES " == *" $1 "* ]]; }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$LOGS/device.txt"
 step build 240 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3=$(command -v python3) &&
-  cmake --build $BUILD -j$(nproc)" || { grep -E "error" "$OUT/build.log" | head -20; exit 1; }
+  cmake --build $BUILD -j$(nproc)" || { grep -E "error" "$LOGS/build.log" | head -20; exit 1; }
 bench="$BUILD/humming-moe-bench"
 mpi1="mpirun --allow-run-as-root -np 1"
 
 if has tests; then
   step gpu-tests "${TESTS_LIMIT:-330}" ctest --test-dir "$BUILD" -L gpu -R "${GPU_TESTS:-.}" --timeout 300 \
     --output-on-failure -V
-  grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$OUT/gpu-tests.log" | tee -a "$summary"
+  grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$LOGS/gpu-tests.log" | tee -a "$summary"
 fi
 
 if has kernels; then
   dense="--model tiny --hidden 8192 --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
   step kernel-dense 120 "$bench" kernel $dense --quant w4a16 --m 1:16384:x2 --baseline torch \
-    --json "$OUT/kernel-dense.json"
+    --json "$LOGS/kernel-dense.json"
   for g in gate_up down; do
     step "kernel-moe-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
-      --m 1,4,16,64,256,1024,4096,8192 --baseline torch --json "$OUT/kernel-moe-$g.json"
+      --m 1,4,16,64,256,1024,4096,8192 --baseline torch --json "$LOGS/kernel-moe-$g.json"
   done
 fi
 
 if has layers; then
   for layout in ${LAYER_LAYOUTS:-masked indexed contiguous}; do
-    step "layer-$layout" 150 "$bench" layer --model deepseek-v3 --quant w4a16 --layout "$layout" --check 1 \
-      --m 1,4,16,64,256,1024,4096,8192 --baseline "${LAYER_BASELINE:-ours}" --json "$OUT/layer-$layout.json"
+    step "layer-$layout" "${LAYER_LIMIT:-150}" "$bench" layer --model deepseek-v3 --quant w4a16 --layout "$layout" \
+      --check 0 --m "${LAYER_M:-1,4,16,64,256,1024,4096,8192}" --baseline "${LAYER_BASELINE:-ours}" \
+      --json "$LOGS/layer-$layout.json"
   done
 fi
 
 if has plan; then
-  step tune 240 "$BUILD/humming-moe" tune --model deepseek-v3 --quant w4a16
-  for g in gate_up down; do
+  [ -n "${TUNE-1}" ] && step tune 240 "$BUILD/humming-moe" tune --model deepseek-v3 --quant w4a16
+  for g in ${PLAN_GEMMS:-gate_up down}; do
     step "plan-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
-      --plan all --baseline none --m 1:4096:x2 --json "$OUT/plan-$g.json"
+      --plan all --baseline none --m "${PLAN_M:-1:4096:x2}" --json "$LOGS/plan-$g.json"
   done
 fi
 
 if has system; then
   step comm 90 $mpi1 "$bench" comm --model deepseek-v3 --quant bf16 --m 1:8192:x8
   step layer-dist 90 $mpi1 "$bench" layer --model deepseek-v3 --quant w4a16 --ep 1 --m 1,128,1024 --baseline none
-  step e2e 200 "$bench" e2e --model deepseek-v3 --quant w4a16 --concurrency 1,16,64 --input-len "${E2E_IN:-512}" \
-    --output-len "${E2E_OUT:-64}" --distinct-layers 2 --json "$OUT/e2e.json"
+  step e2e "${E2E_LIMIT:-200}" "$bench" e2e --model deepseek-v3 --quant w4a16 --concurrency 1,16,64 --input-len "${E2E_IN:-512}" \
+    --output-len "${E2E_OUT:-64}" --distinct-layers 2 --json "$LOGS/e2e.json"
   step embed 90 "$BUILD/humming-moe-embed-example" --backend cuda --gpus 1
 fi
 
-for f in "$OUT"/kernel-*.log "$OUT"/layer-*.log "$OUT"/plan-*.log "$OUT"/comm.log "$OUT"/e2e.log; do
+if has ncu; then
+  dense="--model tiny --hidden 8192 --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
+  sections="--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
+    --section WarpStateStats --section MemoryWorkloadAnalysis"
+  for run in ${NCU_RUNS:-auto:1 default:1}; do
+    plan=${run%%:*} m=${run##*:}
+    # shellcheck disable=SC2086
+    step "ncu-$plan-m$m" 90 ncu --clock-control none -k regex:hm_gemm --launch-skip 3 --launch-count 1 $sections \
+      "$bench" kernel $dense --quant w4a16 --m "$m" --plan "$plan" --iters 3 --warmup 1 --check 0 --graph 0 \
+      --baseline none
+    grep -E "hm_gemm|Grid Size|Block Size|Registers|Duration|DRAM Throughput|Memory Throughput|Achieved Occ|Issue Slots|Issued Warp|No Eligible|Warp Cycles Per Issued|Active Warps Per|Eligible Warps|Waves Per SM|Stall" \
+      "$LOGS/ncu-$plan-m$m.log" | cut -c1-150 | tee -a "$summary"
+  done
+fi
+
+for f in "$LOGS"/kernel-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f")"
   grep -vE "^# (timing|rank|roofline)" "$f" | grep -E "^#|^ +[0-9]" | tail -14

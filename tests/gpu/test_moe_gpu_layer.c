@@ -348,9 +348,9 @@ static void front_gives_the_bits_of_the_stages_apart(void **state) {
         hm_params_reload();
         float *apart = gpu_forward(l, &in, use_ids, s);
         HM_ASSERT_OK(hm_moe_layer_stats(l, &st));
-        /* router, align (indexed: one set per distinct block_m of the two GEMMs), permute (grouped) */
-        bool indexed = layout == HM_MOE_LAYOUT_INDEXED;
-        assert_true(st.launches == 7 || (indexed && st.launches == 6));
+        /* router, align (one or two kernels per distinct block_m of the two GEMMs), permute
+         * (grouped layouts): always more than the five launches of the front path. */
+        if (st.launches <= 5) fail_msg("stages apart took %d launches, want more than 5", st.launches);
         unsetenv("HUMMING_MOE_FRONT_MAX_TOKENS");
         hm_params_reload();
         assert_memory_equal(fused, apart, (size_t)in.T * 512 * sizeof(float));

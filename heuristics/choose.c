@@ -2,8 +2,9 @@
 /*
  * Choosing among the candidates: per bucket of valid M, the one with the least cost
  * relative to the roofline summed over the bucket's sample points (relative, so that a
- * bucket's large-M end does not drown its small-M start), and the kernel table built
- * from the buckets.
+ * bucket's large-M end does not drown its small-M start), ties within the model's
+ * resolution going to the measured fixed table, and the kernel table built from the
+ * buckets.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -73,6 +74,24 @@ hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, 
   return HM_OK;
 }
 
+static hm_status prefer_measured(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
+                                 const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi,
+                                 double best_score, int *best, double *predicted_us) {
+  hm_gemm_config table;
+  if (hm_gemm_select(base, hm_choose_bucket_m(m_lo, m_hi), &table) != HM_OK) return HM_OK;
+  for (int i = 0; i < count; i++) {
+    if (!hm_choose_tuning_equal(&cands[i], &table.tuning)) continue;
+    double score = 0, at_judge = 0;
+    HM_CHECK(hm_choose_score(lc, &table, p, m_lo, m_hi, &score, &at_judge));
+    if (score <= best_score * (1.0 + HM_CHOOSE_MODEL_RESOLUTION)) {
+      *best = i;
+      *predicted_us = at_judge;
+    }
+    break;
+  }
+  return HM_OK;
+}
+
 /* The index of the best of cands over (m_lo, m_hi], and its predicted time at the judging point. */
 static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
                            const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
@@ -93,7 +112,7 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
   if (*best < 0)
     HM_FAIL(HM_UNSUPPORTED, "no legal GEMM tuning for N=%lld K=%lld E=%lld on %s", (long long)lc->n,
             (long long)lc->k, (long long)lc->experts, p->name);
-  return HM_OK;
+  return prefer_measured(lc, base, p, cands, count, m_lo, m_hi, best_score, best, predicted_us);
 }
 
 hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,

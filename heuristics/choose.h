@@ -23,6 +23,13 @@ typedef struct hm_choose_cost {
 } hm_choose_cost;
 
 /* Predicted time of cfg (tuning filled) at valid_m rows on profile. */
+/*
+ * The model's error against the device was 15-60 % (docs/PERF.md, 2026-12-03), so scores
+ * closer than this fraction are ties; the fixed table's tuning, which measurements chose,
+ * breaks them.
+ */
+#define HM_CHOOSE_MODEL_RESOLUTION 0.2
+
 hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg, int64_t valid_m,
                             const hm_device_profile *profile, hm_choose_cost *out);
 

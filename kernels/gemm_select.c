@@ -62,7 +62,9 @@ static bool wgmma_class_applies(const hm_gemm_config *base) {
 
 static hm_gemm_tuning wgmma_tuning_for_class(int cls) {
   static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
-  static const hm_gemm_tuning large = {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA};
+  /* bk 128 over 4 stages beat bk 64 over 6 at every M from 256 to 16384 (N = K = 8192, H200,
+   * docs/PERF.md 2026-12-03): half the k-iterations, each with its barrier. */
+  static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
   return cls == ROW_CLASS_COUNT - 1 ? large : mid;
 }
 

@@ -145,7 +145,8 @@ static void moe_block_m_follows_rows_per_expert(void **state) {
   assert_true(many.tuning.bm >= 64);
 }
 
-/* Whether mine beats theirs under profile p (theirs may not even fit p). */
+/* Whether mine beats theirs under profile p (theirs may not even fit p); mine may lose by
+ * the model's resolution at most, where the measured fixed table broke a tie. */
 static bool strictly_better(const hm_layer_config *lc, const hm_device_profile *p, const hm_gemm_config *mine,
                             const hm_gemm_config *theirs, int64_t lo, int64_t hi) {
   hm_gemm_config other = *mine;
@@ -154,7 +155,7 @@ static bool strictly_better(const hm_layer_config *lc, const hm_device_profile *
   double s_mine = 0, s_other = 0;
   HM_ASSERT_OK(hm_choose_score(lc, mine, p, lo, hi, &s_mine, NULL));
   HM_ASSERT_OK(hm_choose_score(lc, &other, p, lo, hi, &s_other, NULL));
-  assert_true(s_mine <= s_other);
+  assert_true(s_mine <= s_other * (1.0 + HM_CHOOSE_MODEL_RESOLUTION));
   return s_mine < s_other;
 }
 

@@ -298,8 +298,10 @@ static void auto_layout_and_stats(void **state) {
     assert_int_equal(st.layout, want[i]);
     assert_int_equal(st.tokens, tokens[i]);
     assert_true(st.timed && st.total_us > 0.0f);
-    /* masked T = 5: front, two GEMMs, act, combine; indexed T = 100: router and align apart */
-    assert_int_equal(st.launches, want[i] == HM_MOE_LAYOUT_MASKED ? 5 : 6);
+    /* masked T = 5: front, two GEMMs, act, combine; indexed T = 100: router and align apart,
+     * one align for each distinct block_m of the two GEMMs */
+    if (want[i] == HM_MOE_LAYOUT_MASKED) assert_int_equal(st.launches, 5);
+    else assert_true(st.launches == 6 || st.launches == 7);
     float sum = 0.0f;
     for (int s = 0; s < HM_MOE_STAGE_COUNT; s++) sum += st.stage_us[s];
     assert_true(sum <= st.total_us * 1.01f + 1.0f);

@@ -44,10 +44,29 @@ static hm_status check_support_matrix(const hm_layer *l) {
   return HM_OK;
 }
 
+/* The W8A8 kernel: i8 x i8 per channel, f8e4m3 x f8e4m3 per channel or 128x128 blocks. */
+static bool w8a8_covered(const hm_quant_scheme *s) {
+  const hm_quant_format *w = &s->weight;
+  const bool channel = w->scale_kind == HM_SCALE_CHANNEL &&
+                       (w->scale == HM_F16 || w->scale == HM_BF16 || w->scale == HM_F32);
+  const bool block = w->scale_kind == HM_SCALE_BLOCK && w->scale == HM_F32 && w->group_n == 128 &&
+                     w->group_k == 128;
+  const bool types = (s->act == HM_I8 && w->weight == HM_I8 && channel) ||
+                     (s->act == HM_F8E4M3 && w->weight == HM_F8E4M3 && (channel || block));
+  return types && !w->zero_point && (s->act_scale == HM_ACT_SCALE_TOKEN || s->act_scale == HM_ACT_SCALE_GROUP128);
+}
+
 static hm_status check_kernel_coverage(const hm_layer *l) {
   const hm_quant_scheme *s = &l->cfg.scheme;
   char name[96];
   hm_quant_scheme_describe(s, name, sizeof(name));
+  if (s->act == HM_I8 || s->act == HM_F8E4M3) {
+    if (w8a8_covered(s)) return HM_OK;
+    HM_FAIL(HM_UNSUPPORTED, "no CUDA kernel for scheme '%s' yet: the W8A8 GEMM takes i8 weights with i8 "
+            "activations and per-channel scales, or f8e4m3 weights with f8e4m3 activations and per-channel or "
+            "128x128 f32 block scales, each with per-token or 1x128 activation scales (no W4A8, mxfp4, nvfp4)",
+            name);
+  }
   const bool act16 = s->act == HM_F16 || s->act == HM_BF16;
   const bool int_or_16 = hm_gemm_weight_bits(s->weight.weight) != 0;
   const hm_scale_kind sk = s->weight.scale_kind;
@@ -101,7 +120,8 @@ static hm_transform_desc transform_desc(const hm_layer *l) {
       .weight = f->weight,
       .scale = f->scale,
       .act = l->cfg.scheme.act,
-      .group = f->scale_kind == HM_SCALE_GROUP ? f->group_k : 0,
+      .group = f->scale_kind == HM_SCALE_GROUP || f->scale_kind == HM_SCALE_BLOCK ? f->group_k : 0,
+      .group_n = f->scale_kind == HM_SCALE_BLOCK ? f->group_n : 0,
       .zero_point = f->zero_point,
       .n = l->cfg.n,
       .k = l->cfg.k,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
 
 int hm_gemm_weight_bits(hm_dtype weight) {
@@ -52,6 +53,7 @@ hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type
   out->compute.type = type;
   out->compute.batch_invariant = lc->batch_invariant;
   out->arch = arch;
+  if (hm_gemm_is_w8a8(l)) return hm_gemm_w8a8_from_layer(lc, out);
   if (w->scale_kind != HM_SCALE_GROUP && w->scale_kind != HM_SCALE_CHANNEL && w->scale_kind != HM_SCALE_NONE)
     HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: scale layout %d is not per group or per channel", (int)w->scale_kind);
   if ((w->scale_kind == HM_SCALE_NONE) != (hm_gemm_weight_bits(w->weight) == 16))
@@ -63,6 +65,7 @@ hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type
 static hm_status check_layer(const hm_gemm_config *cfg) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const int bits = hm_gemm_weight_bits(l->weight);
+  if (hm_gemm_is_w8a8(l)) return hm_gemm_w8a8_check_layer(cfg);
   if (l->act != HM_F16 && l->act != HM_BF16)
     HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: activations must be f16 or bf16, not %s", hm_dtype_name(l->act));
   if (l->out != HM_F16 && l->out != HM_BF16)
@@ -137,7 +140,8 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
 hm_status hm_gemm_config_check(const hm_gemm_config *cfg) {
   HM_CHECK_NOT_NULL(cfg);
   HM_CHECK(check_layer(cfg));
-  return check_tuning(cfg);
+  HM_CHECK(check_tuning(cfg));
+  return hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_check_tuning(cfg) : HM_OK;
 }
 
 const char *hm_gemm_type_tag(hm_gemm_type t) {
@@ -153,10 +157,11 @@ const char *hm_gemm_type_tag(hm_gemm_type t) {
 void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const hm_gemm_tuning *t = &cfg->tuning;
-  char group[16];
+  char group[16], w8a8[32];
   snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
-  snprintf(buf, len, "hm_gemm_%s_%s%s_%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s",
-           hm_gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group,
+  hm_gemm_w8a8_name_tag(l, w8a8, sizeof(w8a8));
+  snprintf(buf, len, "hm_gemm_%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s",
+           hm_gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, w8a8,
            hm_dtype_name(l->act), hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "",
            (long long)l->n, (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", t->bm,
            t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",
@@ -183,6 +188,7 @@ int64_t hm_gemm_k_iters(const hm_gemm_config *cfg) {
 size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   if (t->mma == HM_MMA_WGMMA) return hm_gemm_wgmma_smem_bytes(cfg);
+  if (hm_gemm_is_w8a8(&cfg->layer)) return hm_gemm_w8a8_smem_bytes(cfg);
   const int bits = hm_gemm_weight_bits(cfg->layer.weight);
   const bool quant = bits < 16;
   const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 16;

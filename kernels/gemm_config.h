@@ -13,13 +13,15 @@
 typedef struct hm_gemm_layer_part {
   hm_dtype weight;   /* U1..U8, I4, I8 (quantized) or F16/BF16 (same as act); scales are
                         transformed to the act type, so their stored type is not part of it */
-  hm_dtype act;      /* F16 or BF16 */
+  hm_dtype act;      /* F16 or BF16; F8E4M3 or I8 for the W8A8 kernel (gemm_config_w8a8.h) */
   hm_dtype out;      /* F16 or BF16 */
   int group;         /* group size along K; 0 = per channel (and unquantized) */
   bool zero_point;   /* per-group zero points; else 2^(bits-1) (unsigned) or 0 (signed) */
   bool bias;
   bool global_scale; /* f32 per expert */
   int64_t n, k, experts;
+  int group_n;       /* W8A8 block scales: rows of a block (group its columns); 0 otherwise */
+  hm_act_scale_kind act_scale; /* W8A8: per token or 1x128; NONE for f16/bf16 activations */
 } hm_gemm_layer_part;
 
 typedef struct hm_gemm_compute_part {

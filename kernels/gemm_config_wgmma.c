@@ -6,7 +6,8 @@
 
 bool hm_gemm_wgmma_takes(const hm_gemm_config *base) {
   const int bits = hm_gemm_weight_bits(base->layer.weight);
-  return base->arch == 90 && (bits == 4 || bits == 8 || bits == 16);
+  const bool act16 = base->layer.act == HM_F16 || base->layer.act == HM_BF16; /* no W8A8 wgmma kernel yet */
+  return base->arch == 90 && act16 && (bits == 4 || bits == 8 || bits == 16);
 }
 
 int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_launch.h"
 
 /* Zero point of formats without stored ones: 2^(bits-1) for unsigned codes, and for
@@ -56,6 +57,7 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
   HM_CHECK(hm_gemm_config_check(cfg));
+  if (hm_gemm_is_w8a8(&cfg->layer)) return hm_gemm_w8a8_gen(cfg, out);
   const hm_gemm_layer_part *l = &cfg->layer;
   const hm_gemm_tuning *t = &cfg->tuning;
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));

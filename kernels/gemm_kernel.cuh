@@ -12,15 +12,28 @@ struct hm_gemm_smem_maps {
   float *row_scale;
 };
 
-// Loads row maps for the tile, runs k-tiles [kb, ke) and reduces across warps_k.
+// The mainloop a kernel body runs and where its row maps start in shared memory (after
+// the pipeline): the weight-only one by default; the W8A8 kernel brings its own
+// (gemm_w8a8_kernel.cuh) and shares the rest of this file.
 template <class C>
+struct hm_sync_loop {
+  static constexpr int maps_off = hm_gemm_traits<C>::pipe_or_red;
+  __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                             unsigned char *smem, const int *a_row, int wm, int wn, int wk,
+                                             int lane, hm_acc_t<C> &acc) {
+    hm_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc);
+  }
+};
+
+// Loads row maps for the tile, runs k-tiles [kb, ke) and reduces across warps_k.
+template <class C, class L>
 __device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                 unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn, int wk,
                                                 int lane, hm_acc_t<C> &acc) {
   __syncthreads();  // the previous segment is done with the row maps and shared memory
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
-  hm_mainloop<C>(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc);
+  L::run(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc);
   hm_reduce_warps_k<C>(smem, wmn, wk, lane, acc);
 }
 
@@ -53,12 +66,12 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
-template <class C>
+template <class C, class L = hm_sync_loop<C>>
 __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
   using T = hm_gemm_traits<C>;
   extern __shared__ __align__(128) unsigned char hm_smem[];
   hm_gemm_smem_maps maps;
-  maps.a_row = (int *)(hm_smem + T::pipe_or_red);
+  maps.a_row = (int *)(hm_smem + L::maps_off);
   maps.c_row = maps.a_row + T::map_rows;
   maps.row_scale = (float *)(maps.c_row + T::map_rows);
   maps.flag = (int *)(maps.row_scale + T::map_rows);
@@ -74,7 +87,7 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
     if (tile.skip) continue;
-    hm_gemm_segment<C>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc);
+    hm_gemm_segment<C, L>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc);
     if (wk == 0) hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
   }
 
@@ -91,7 +104,7 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
     it += ke - kb;
     const hm_tile tile = hm_tile_at<C>(p, dp_tiles + t, maps.prefix);
     if (tile.skip) continue;
-    hm_gemm_segment<C>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc);
+    hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc);
     if (kb == 0 && ke == T::k_iters) {
       if (wk == 0) hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
     } else {

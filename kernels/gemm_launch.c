@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_w8a8.h"
 
 /*
  * Counters first, sized for the most CTAs any config may launch, so that kernels of
@@ -65,6 +66,8 @@ hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *a) {
   if (a->m == 0) return HM_OK;
   HM_CHECK_NOT_NULL(a->a);
   HM_CHECK_NOT_NULL(a->c);
+  if (hm_gemm_is_w8a8(&cfg->layer) && a->a_scale == NULL)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: %s activations need a_scale", hm_dtype_name(cfg->layer.act));
   if ((uintptr_t)a->a % 16 != 0 || (uintptr_t)a->c % 4 != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "GEMM A must be 16-byte and C 4-byte aligned (a=%p c=%p)", a->a, a->c);
   switch (a->type) {
@@ -88,6 +91,7 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   hm_gemm_kernel_params p;
   memset(&p, 0, sizeof(p));
   p.a = args->a;
+  p.a_scale = args->a_scale;
   p.c = args->c;
   p.b = ops->weight;
   p.scales = ops->scales;

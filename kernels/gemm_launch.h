@@ -33,6 +33,7 @@ typedef struct hm_gemm_kernel_params {
   int32_t a_rows_per_token;
   int32_t block_m;
   int32_t grid;
+  const float *a_scale;
 } hm_gemm_kernel_params;
 
 /* Transformed weights of a layer on the device (kernels/transform.h). */

@@ -25,4 +25,5 @@ struct hm_gemm_params {
   int a_rows_per_token;
   int block_m;                   // indexed metadata block
   int grid;                      // CTAs of the persistent grid
+  const float *a_scale;          // W8A8: activation scales per A row, or per A row and 128 columns
 };

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
 
 /* Upper ends of the rows-per-expert classes; the last class is open. */
@@ -27,7 +28,8 @@ static const int64_t row_classes[] = {16, 32, 64};
  * keep the 16-row tile; batch-invariant configs keep one MMA shape for every M.
  */
 static bool swap_class_applies(const hm_gemm_config *base) {
-  return !base->compute.batch_invariant && hm_gemm_weight_bits(base->layer.weight) < 16;
+  return !base->compute.batch_invariant && hm_gemm_weight_bits(base->layer.weight) < 16 &&
+         !hm_gemm_is_w8a8(&base->layer); /* the W8A8 kernel has no swapped tile */
 }
 
 static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
@@ -118,6 +120,7 @@ static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_confi
   if (cls >= WGMMA_FIRST_CLASS && wgmma_class_applies(base)) out->tuning = wgmma_tuning_for_class(cls);
   /* Unquantized units are four times wider than 4-bit ones: keep stages affordable. */
   if (hm_gemm_weight_bits(base->layer.weight) == 16) out->tuning.bk = 64;
+  if (hm_gemm_is_w8a8(&base->layer)) hm_gemm_w8a8_fit(base, &out->tuning);
   fit_columns(&out->tuning, base->layer.n);
   HM_CHECK(fit_smem(out));
   return hm_gemm_config_check(out);

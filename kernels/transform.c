@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "kernels/gemm_config.h"
 #include "kernels/jit.h"
+#include "kernels/transform_w8.h"
 
 /* Mirrors struct hm_transform_params of transform_weights.cuh. */
 typedef struct transform_params {
@@ -29,6 +30,7 @@ hm_status hm_transform_sizes_of(const hm_transform_desc *d, hm_transform_sizes *
   HM_CHECK_NOT_NULL(d);
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
+  if (hm_transform_is_w8(d)) return hm_transform_w8_sizes_of(d, out);
   const int bits = hm_gemm_weight_bits(d->weight);
   if (bits == 0) HM_FAIL(HM_UNSUPPORTED, "transform: weight type %s", hm_dtype_name(d->weight));
   if (d->group < 0 || (d->group && d->k % d->group != 0))
@@ -54,6 +56,7 @@ hm_status hm_transform_gen(const hm_transform_desc *d, hm_gemm_source *out) {
   HM_CHECK_NOT_NULL(d);
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
+  if (hm_transform_is_w8(d)) return hm_transform_w8_gen(d, out);
   const int bits = hm_gemm_weight_bits(d->weight);
   if (bits == 0) HM_FAIL(HM_UNSUPPORTED, "transform: weight type %s", hm_dtype_name(d->weight));
   if (d->act != HM_F16 && d->act != HM_BF16)
@@ -107,6 +110,8 @@ hm_status hm_transform_run(hm_engine *engine, const hm_transform_desc *d, const 
                            hm_stream *stream) {
   HM_CHECK_NOT_NULL(engine);
   HM_CHECK_NOT_NULL(b);
+  HM_CHECK_NOT_NULL(d);
+  if (hm_transform_is_w8(d)) return hm_transform_w8_run(engine, d, b, stream);
   hm_transform_sizes sz;
   HM_CHECK(hm_transform_sizes_of(d, &sz));
   if (d->n > INT32_MAX || d->k > INT32_MAX) HM_FAIL(HM_UNSUPPORTED, "transform: N or K above 2^31");

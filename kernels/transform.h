@@ -16,8 +16,9 @@
 typedef struct hm_transform_desc {
   hm_dtype weight;  /* U1..U8, I4, I8, or F16/BF16 */
   hm_dtype scale;   /* F16, BF16, F32 (quantized weights) */
-  hm_dtype act;     /* F16, BF16: the type scales are converted to */
+  hm_dtype act;     /* F16, BF16: the type scales are converted to; F8E4M3, I8: W8A8 (transform_w8.h) */
   int group;        /* 0 = per channel */
+  int group_n;      /* W8A8 block scales: rows of a block (group its columns); 0 otherwise */
   bool zero_point;
   int64_t n, k, experts;
   int arch;

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Layer, legality, shared memory and default tuning of W8A8 configs. */
+#include "kernels/gemm_config_w8a8.h"
+
+#include <stdio.h>
+
+#include "check.h"
+
+/* int8 partial sums of a whole segment stay exact below 2^31: 127 * 127 * K. */
+#define INT8_MAX_K 131072
+/* Accumulators and stage partial sums each take mi*nu*32 registers a thread. */
+#define MAX_UNITS_PER_WARP 2
+
+bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l) {
+  return l->act == HM_F8E4M3 || l->act == HM_I8;
+}
+
+/* Scales that change along K (128x128 weight blocks, 1x128 activation groups): the kernel
+ * folds each stage's partial sums into its accumulators with them. */
+static bool k_scaled(const hm_gemm_layer_part *l) {
+  return l->group_n != 0 || l->act_scale == HM_ACT_SCALE_GROUP128;
+}
+
+hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out) {
+  const hm_quant_format *w = &lc->scheme.weight;
+  hm_gemm_layer_part *l = &out->layer;
+  l->act_scale = lc->scheme.act_scale;
+  if (w->scale_kind == HM_SCALE_CHANNEL) {
+    l->group = l->group_n = 0;
+  } else if (w->scale_kind == HM_SCALE_BLOCK) {
+    l->group = w->group_k;
+    l->group_n = w->group_n;
+  } else {
+    HM_FAIL(HM_UNSUPPORTED,
+            "W8A8 GEMM: weight scales must be per channel or 128x128 blocks (scale layout %d)",
+            (int)w->scale_kind);
+  }
+  return HM_OK;
+}
+
+static hm_status check_types(const hm_gemm_layer_part *l, int arch) {
+  const bool int8 = l->act == HM_I8 && l->weight == HM_I8;
+  const bool fp8 = l->act == HM_F8E4M3 && l->weight == HM_F8E4M3;
+  if (!int8 && !fp8)
+    HM_FAIL(HM_UNSUPPORTED,
+            "W8A8 GEMM: %s weights with %s activations (kernels exist for i8 x i8 and "
+            "f8e4m3 x f8e4m3; W4A8, mxfp4 and nvfp4 have none yet)",
+            hm_dtype_name(l->weight), hm_dtype_name(l->act));
+  if (l->out != HM_F16 && l->out != HM_BF16)
+    HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: output must be f16 or bf16, not %s", hm_dtype_name(l->out));
+  if (l->act_scale != HM_ACT_SCALE_TOKEN && l->act_scale != HM_ACT_SCALE_GROUP128)
+    HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: activation scales must be per token or 1x128 (kind %d)",
+            (int)l->act_scale);
+  if (l->zero_point) HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: no zero points");
+  const int need = fp8 ? 89 : 80;
+  if (arch < need)
+    HM_FAIL(HM_UNSUPPORTED, "the W8A8 %s kernel needs sm_%d or later (mma.sync m16n8k32), device is sm_%d",
+            fp8 ? "fp8" : "int8", need, arch);
+  return HM_OK;
+}
+
+hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
+  const hm_gemm_layer_part *l = &cfg->layer;
+  HM_CHECK(check_types(l, cfg->arch));
+  if (l->n <= 0 || l->k <= 0 || l->experts <= 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "GEMM shape N=%lld K=%lld E=%lld must be positive", (long long)l->n,
+            (long long)l->k, (long long)l->experts);
+  if (l->n > (1 << 30) || l->k > (1 << 30) || l->experts > 65536)
+    HM_FAIL(HM_UNSUPPORTED, "GEMM shape N=%lld K=%lld E=%lld too large", (long long)l->n, (long long)l->k,
+            (long long)l->experts);
+  if (l->n % 2 != 0) HM_FAIL(HM_UNSUPPORTED, "GEMM N=%lld must be even", (long long)l->n);
+  /* A rows are copied in 16-byte pieces. */
+  if (l->k % 16 != 0) HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM K=%lld must be a multiple of 16", (long long)l->k);
+  const bool block = l->group_n != 0;
+  if (block && (l->group != 128 || l->group_n != 128 || l->n % 128 != 0 || l->k % 128 != 0))
+    HM_FAIL(HM_UNSUPPORTED,
+            "W8A8 GEMM: block scales must be 128x128 on N=%lld, K=%lld multiples of 128 "
+            "(blocks %dx%d)",
+            (long long)l->n, (long long)l->k, l->group_n, l->group);
+  if (!block && l->group != 0) HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: group scales (group %d)", l->group);
+  if (l->act == HM_I8 && !k_scaled(l) && l->k > INT8_MAX_K)
+    HM_FAIL(HM_UNSUPPORTED, "W8A8 int8 GEMM: K=%lld above %d would overflow the s32 sums", (long long)l->k,
+            INT8_MAX_K);
+  return HM_OK;
+}
+
+static int units_per_warp(const hm_gemm_tuning *t) {
+  return (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64);
+}
+
+hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->mma != HM_MMA_SYNC)
+    HM_FAIL(HM_UNSUPPORTED, "the W8A8 GEMM runs on mma.sync only (no wgmma kernel yet)");
+  if (t->bm == 8) HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: no swapped 8-row tile (bm=8)");
+  if ((t->bk / 32) % t->warps_k != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: warps_k=%d must divide bk/32=%d", t->warps_k, t->bk / 32);
+  if (k_scaled(&cfg->layer) && 128 % t->bk != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "W8A8 GEMM: bk=%d must divide 128, the K span of a block or activation scale", t->bk);
+  if (units_per_warp(t) > MAX_UNITS_PER_WARP)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "W8A8 GEMM: warp tile %dx%d holds more than %d accumulators (and as many "
+            "partial sums) per thread",
+            t->bm / t->warps_m, t->bn / t->warps_n, MAX_UNITS_PER_WARP * 32);
+  return HM_OK;
+}
+
+size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 32;
+  size_t stage = (size_t)t->bm * t->bk + bn_units * steps * 2048;
+  stage = (stage + 127) / 128 * 128;
+  const size_t pipe = stage * (size_t)t->stages;
+  const size_t acc_rows = (size_t)hm_gemm_acc_rows(t);
+  const size_t acc_regs = acc_rows / (size_t)t->warps_m / 16 * (size_t)(t->bn / t->warps_n / 64) * 32;
+  const size_t red = (size_t)(t->warps_k - 1) * t->warps_m * t->warps_n * 32 * acc_regs * 4;
+  const bool grouped =
+      cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
+  return (pipe > red ? pipe : red) + 3 * acc_rows * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+}
+
+void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {
+  /* Taller warp grids first (warps that split K give theirs up), then wider ones. */
+  while (units_per_warp(t) > MAX_UNITS_PER_WARP) {
+    if (t->bm % (32 * t->warps_m) == 0 && 32 * t->warps_m * 2 * t->warps_n * t->warps_k <= 1024) {
+      t->warps_m *= 2;
+      if (t->warps_k > 1) t->warps_k /= 2;
+    } else if (t->bn % (128 * t->warps_n) == 0) {
+      t->warps_n *= 2;
+    } else {
+      break; /* the check says why */
+    }
+  }
+  if (k_scaled(&base->layer) && t->bk > 128) t->bk = 128;
+  while (t->warps_k > 1 && (t->bk / 32) % t->warps_k != 0) t->warps_k /= 2;
+}
+
+void hm_gemm_w8a8_name_tag(const hm_gemm_layer_part *l, char *buf, size_t len) {
+  if (len == 0) return;
+  buf[0] = '\0';
+  if (!hm_gemm_is_w8a8(l)) return;
+  char block[32] = "";
+  if (l->group_n) snprintf(block, sizeof(block), "_b%dx%d", l->group_n, l->group);
+  snprintf(buf, len, "%s_a%s", block, l->act_scale == HM_ACT_SCALE_GROUP128 ? "g128" : "tok");
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The W8A8 mma.sync GEMM (kernels/gemm_w8a8_kernel.cuh): int8 x int8 with per-channel
+ * weight scales, fp8 e4m3 x e4m3 with per-channel or 128x128 block weight scales, both
+ * with per-token or 1x128 activation scales. Its configs are hm_gemm_configs whose act is
+ * 8-bit; the weight-only config code (gemm_config.c, gemm_gen.c, gemm_select.c) hands
+ * them here for what differs: the layer's scale layout, legality, shared memory, source.
+ */
+#ifndef HM_GEMM_CONFIG_W8A8_H
+#define HM_GEMM_CONFIG_W8A8_H
+
+#include "kernels/gemm_gen.h"
+
+/* Whether the config's activations are 8-bit, so that the W8A8 kernel runs it. */
+bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
+/* Fills group, group_n and act_scale of out->layer from the public config's scheme. */
+hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out);
+/* The layer part's legality: types, scale layouts, arch, shape. */
+hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg);
+/* What the W8A8 kernel adds to the common tuning rules (gemm_config.c check_tuning). */
+hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg);
+/* Dynamic shared memory (mirrors hm_w8_traits::smem_bytes). */
+size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg);
+/* Reshapes a weight-only default tuning into a legal W8A8 one (warp grid, bk). */
+void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t);
+/* The part of a kernel name the weight-only one lacks ("_b128x128_ag128"); "" otherwise. */
+void hm_gemm_w8a8_name_tag(const hm_gemm_layer_part *l, char *buf, size_t len);
+/* Generates the W8A8 kernel of a checked config. */
+hm_status hm_gemm_w8a8_gen(const hm_gemm_config *cfg, hm_gemm_source *out);
+
+#endif

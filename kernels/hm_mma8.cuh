@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensor-core MMA of 8-bit operands through mma.sync m16n8k32: int8 x int8 -> s32 (sm_80+)
+// and fp8 e4m3 x e4m3 -> f32 (sm_89+). The accumulator's type picks the instruction.
+// Fragments (g = lane / 4, t = lane % 4), four 8-bit values a register, lower k in the
+// lower byte:
+//   A: a0 (row g, k 4t..4t+3), a1 (row g+8, same k), a2 (row g, k 16+4t..), a3 (row g+8, k 16+4t..)
+//   B: b0 (k 4t..4t+3, col g), b1 (k 16+4t..16+4t+3, col g)
+//   C: c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8, same cols)
+// Byte for byte these are the m16n8k16 fragments of 16-bit values (hm_mma.cuh), so
+// ldmatrix of 16-byte rows and the 16-bit weight unit layout serve 8-bit data unchanged.
+#pragma once
+
+#include "hm_half2.cuh"
+
+template <class T>
+struct hm_is_s32 {
+  static constexpr bool value = false;
+};
+template <>
+struct hm_is_s32<int> {
+  static constexpr bool value = true;
+};
+
+// A template whose discarded branch is never instantiated, so that a module only holds the
+// instruction it calls: the fp8 one does not assemble below sm_89.
+template <class Acc>
+__device__ __forceinline__ void hm_mma_16832(Acc (&c)[4], const hm_u32 (&a)[4], hm_u32 b0, hm_u32 b1) {
+  if constexpr (hm_is_s32<Acc>::value)
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * W8A8 GEMMs on the device against the host reference (hm_ref_gemm on the same quantized
+ * weights and activations): fp8 e4m3 with 128x128 block scales and 1x128 activation
+ * scales, fp8 and int8 with per-channel weight scales and per-token (or 1x128)
+ * activation scales; dense at M = 1, 7, 64, 333 and the three MoE layouts (indexed
+ * gate-up gather and down with top-k weights, grouped-contiguous, grouped-masked) with an
+ * expert that gets no tokens. C is poisoned first: every element the reference writes
+ * must be written, no other.
+ */
+#include "gemm_moe_util.h"
+
+static hm_engine *engine;
+
+typedef struct w8_case {
+  const char *name;
+  hm_quant_format fmt;
+  hm_dtype act;
+  hm_act_scale_kind act_scale;
+  hm_dtype out;
+  bool bias;
+  int64_t n, k, experts;
+} w8_case;
+
+/* gs: a per-expert global scale on top of the blocks. */
+#define FP8_BLOCK(gs) \
+  { HM_F8E4M3, HM_F32, HM_SCALE_BLOCK, 128, 128, false, gs }
+#define CHANNEL(t, s) \
+  { t, s, HM_SCALE_CHANNEL, 0, 0, false, false }
+
+/* N and K are not powers of two: multiples of 128 for blocks, of 16 (K) and 2 (N) otherwise. */
+static const w8_case dense_cases[] = {
+    {"dense fp8 block128 ag128 bf16 bias", FP8_BLOCK(false), HM_F8E4M3, HM_ACT_SCALE_GROUP128, HM_BF16, true,
+     640, 896, 1},
+    {"dense fp8 channel tok f16", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16, false,
+     712, 720, 1},
+    {"dense fp8 channel ag128 bf16", CHANNEL(HM_F8E4M3, HM_BF16), HM_F8E4M3, HM_ACT_SCALE_GROUP128, HM_BF16,
+     false, 520, 784, 1},
+    {"dense int8 channel tok bf16 bias", CHANNEL(HM_I8, HM_F32), HM_I8, HM_ACT_SCALE_TOKEN, HM_BF16, true,
+     456, 1040, 1},
+    {"dense int8 channel ag128 f16", CHANNEL(HM_I8, HM_F16), HM_I8, HM_ACT_SCALE_GROUP128, HM_F16, false, 200,
+     592, 1},
+};
+
+static const w8_case moe_cases[] = {
+    {"moe fp8 block128 ag128 bf16 gscale", FP8_BLOCK(true), HM_F8E4M3, HM_ACT_SCALE_GROUP128, HM_BF16, false,
+     384, 640, 8},
+    {"moe fp8 channel tok f16 bias", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16, true,
+     456, 528, 8},
+    {"moe int8 channel tok bf16", CHANNEL(HM_I8, HM_F32), HM_I8, HM_ACT_SCALE_TOKEN, HM_BF16, false, 328, 400,
+     6},
+};
+
+static const int64_t m_list[] = {1, 7, 64, 333};
+
+/* Both sides sum the same quantized values; left are f32 sums in another order and output rounding. */
+static double tolerance(const w8_case *c) {
+  return c->out == HM_BF16 ? 1.2e-2 : 5e-3;
+}
+
+typedef struct w8_layer {
+  hm_layer *layer;
+  hm_host_weights w;
+  void *bias;
+} w8_layer;
+
+static void w8_layer_make(hm_rng *rng, const w8_case *c, w8_layer *x) {
+  memset(x, 0, sizeof(*x));
+  const int64_t count = c->experts * c->n * c->k;
+  float *src = gt_alloc((size_t)count * sizeof(float));
+  hm_rng_fill_normal(rng, src, (size_t)count, 0.05f);
+  HM_ASSERT_OK(hm_host_weights_alloc(&x->w, &c->fmt, c->experts, c->n, c->k));
+  HM_ASSERT_OK(hm_quantize_weights(src, &x->w));
+  free(src);
+  if (c->bias) x->bias = gt_random(rng, c->out, c->experts * c->n, 0.5f);
+  hm_layer_config cfg = HM_LAYER_CONFIG_INIT;
+  cfg.n = c->n;
+  cfg.k = c->k;
+  cfg.experts = c->experts;
+  cfg.scheme.weight = c->fmt;
+  cfg.scheme.act = c->act;
+  cfg.scheme.act_scale = c->act_scale;
+  cfg.out = c->out;
+  cfg.bias = c->bias;
+  HM_ASSERT_OK(hm_layer_create(engine, &cfg, &x->layer));
+  hm_weights_view v = hm_host_weights_view(&x->w);
+  v.bias = x->bias;
+  HM_ASSERT_OK(hm_layer_load(x->layer, &v));
+  HM_ASSERT_OK(hm_layer_transform(x->layer, NULL));
+}
+
+static void w8_layer_free(w8_layer *x) {
+  hm_layer_destroy(x->layer);
+  hm_host_weights_free(&x->w);
+  free(x->bias);
+}
+
+/* Quantized activations (rows, K) with their scales, as the GPU's quantization kernels give them. */
+typedef struct w8_act {
+  void *q;
+  float *scales;
+  int64_t rows, scales_per_row;
+} w8_act;
+
+static void w8_act_make(hm_rng *rng, const w8_case *c, int64_t rows, w8_act *a) {
+  a->rows = rows;
+  a->scales_per_row = c->act_scale == HM_ACT_SCALE_GROUP128 ? (c->k + 127) / 128 : 1;
+  float *x = gt_alloc((size_t)(rows * c->k) * sizeof(float));
+  hm_rng_fill_normal(rng, x, (size_t)(rows * c->k), 1.0f);
+  a->q = gt_alloc((size_t)(rows * c->k));
+  a->scales = gt_alloc((size_t)(rows * a->scales_per_row) * sizeof(float));
+  if (rows > 0) HM_ASSERT_OK(hm_quantize_activations(x, rows, c->k, c->act, c->act_scale, a->q, a->scales));
+  free(x);
+}
+
+static void w8_act_free(w8_act *a) {
+  free(a->q);
+  free(a->scales);
+}
+
+/* The device copies of A and its scales, which gt_device_run_with (16-bit A) leaves to us. */
+typedef struct w8_forward_ctx {
+  hm_layer *layer;
+  const void *a;
+  const float *a_scale;
+} w8_forward_ctx;
+
+static void w8_forward(void *ctx, const hm_gemm_args *device_args) {
+  const w8_forward_ctx *x = ctx;
+  hm_gemm_args args = *device_args;
+  args.a = x->a;
+  args.a_scale = x->a_scale;
+  HM_ASSERT_OK(hm_layer_forward(x->layer, &args, NULL));
+}
+
+/* Runs host_args (A = act) on the host reference and on the device; prints and checks rel_err. */
+static bool w8_check(const w8_case *c, const w8_layer *x, hm_gemm_args host_args, const w8_act *act,
+                     int64_t c_rows, const char *layout, int64_t m) {
+  host_args.a = act->q;
+  host_args.a_scale = act->scales;
+  const size_t c_bytes = (size_t)(c_rows * c->n) * 2;
+  void *ref = gt_alloc(c_bytes), *out = gt_alloc(c_bytes);
+  memset(ref, 0xff, c_bytes);
+  hm_ref_gemm_problem p = {.w = &x->w,
+                           .act = c->act,
+                           .act_scale = c->act_scale,
+                           .out = c->out,
+                           .bias = x->bias,
+                           .args = host_args,
+                           .threads = 0};
+  p.args.c = ref;
+  HM_ASSERT_OK(hm_ref_gemm(&p));
+  w8_forward_ctx ctx = {x->layer, gt_upload(engine, act->q, (size_t)(act->rows * c->k)),
+                        gt_upload(engine, act->scales, (size_t)(act->rows * act->scales_per_row) * 4)};
+  hm_gemm_args device_host_args = host_args;
+  device_host_args.a = NULL; /* w8_forward supplies A */
+  gt_device_run_with(engine, w8_forward, &ctx, &device_host_args, act->rows, c->k, c_rows, c->n, c->experts,
+                     out);
+  char what[160];
+  snprintf(what, sizeof(what), "%s %s", c->name, layout);
+  const double err = gt_compare(out, ref, c_rows * c->n, c->out, c->n, what);
+  const bool ok = err <= tolerance(c);
+  printf("%-56s M=%-4lld rel_err %.2e %s\n", what, (long long)m, err, ok ? "ok" : "FAIL");
+  hm_mem_free(engine, (void *)ctx.a);
+  hm_mem_free(engine, (void *)ctx.a_scale);
+  free(ref);
+  free(out);
+  return ok;
+}
+
+static bool w8_dense(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t m) {
+  w8_act act;
+  w8_act_make(rng, c, m, &act);
+  const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m};
+  const bool ok = w8_check(c, x, args, &act, m, "dense", m);
+  w8_act_free(&act);
+  return ok;
+}
+
+static bool w8_indexed(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t m, bool down) {
+  int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
+  gt_route(rng, m, c->experts, ids);
+  gt_indexed_meta meta;
+  const int block_m = hm_layer_block_m(x->layer, m * GT_TOP_K);
+  gt_build_indexed(ids, m, c->experts, block_m, &meta);
+  const int64_t c_rows = m * GT_TOP_K;
+  w8_act act;
+  w8_act_make(rng, c, down ? c_rows : m, &act);
+  float *topk_w = NULL;
+  if (down) {
+    topk_w = gt_alloc((size_t)c_rows * 4);
+    hm_rng_fill_uniform(rng, topk_w, (size_t)c_rows, 0.0f, 1.0f);
+  }
+  const hm_gemm_args args = {.type = HM_GEMM_INDEXED,
+                             .m = m,
+                             .sorted_ids = meta.sorted_ids,
+                             .expert_ids = meta.expert_ids,
+                             .num_padded = &meta.num_padded,
+                             .max_padded = meta.max_padded,
+                             .block_m = block_m,
+                             .top_k = GT_TOP_K,
+                             .a_rows_per_token = down ? 1 : GT_TOP_K,
+                             .topk_weights = topk_w};
+  const bool ok = w8_check(c, x, args, &act, c_rows, down ? "indexed-down+topk_w" : "indexed-gate_up", m);
+  w8_act_free(&act);
+  free(ids), free(meta.sorted_ids), free(meta.expert_ids), free(topk_w);
+  return ok;
+}
+
+/* Segments in expert order, each padded by 0..5 unused rows. */
+static bool w8_contiguous(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t m) {
+  int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
+  gt_route(rng, m, c->experts, ids);
+  int32_t *off = gt_alloc((size_t)(c->experts + 1) * 4), *cnt = gt_alloc((size_t)c->experts * 4);
+  int64_t rows = 0;
+  for (int64_t e = 0; e < c->experts; e++) {
+    for (int64_t s = 0; s < m * GT_TOP_K; s++) cnt[e] += ids[s] == e;
+    off[e] = (int32_t)rows;
+    rows += cnt[e] + (int64_t)(hm_rng_next(rng) % 6);
+  }
+  off[c->experts] = (int32_t)rows;
+  w8_act act;
+  w8_act_make(rng, c, rows, &act);
+  const hm_gemm_args args = {
+      .type = HM_GEMM_GROUPED_CONTIGUOUS, .m = rows, .expert_offsets = off, .expert_counts = cnt};
+  const bool ok = w8_check(c, x, args, &act, rows, "grouped-contiguous", m);
+  w8_act_free(&act);
+  free(ids), free(off), free(cnt);
+  return ok;
+}
+
+/* Rows past an expert's count (and all of the expert without tokens) stay unwritten. */
+static bool w8_masked(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t m) {
+  int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
+  gt_route(rng, m, c->experts, ids);
+  int32_t *cnt = gt_alloc((size_t)c->experts * 4);
+  int64_t max_m = 1;
+  for (int64_t e = 0; e < c->experts; e++) {
+    for (int64_t s = 0; s < m * GT_TOP_K; s++) cnt[e] += ids[s] == e;
+    if (cnt[e] > max_m) max_m = cnt[e];
+  }
+  max_m += 3;
+  const int64_t rows = c->experts * max_m;
+  w8_act act;
+  w8_act_make(rng, c, rows, &act);
+  const hm_gemm_args args = {.type = HM_GEMM_GROUPED_MASKED, .m = max_m, .expert_counts = cnt};
+  const bool ok = w8_check(c, x, args, &act, rows, "grouped-masked", m);
+  w8_act_free(&act);
+  free(ids), free(cnt);
+  return ok;
+}
+
+static bool arch_takes(const w8_case *c) {
+  return engine->arch >= (c->act == HM_F8E4M3 ? 89 : 80);
+}
+
+static void dense_matches_reference(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w8a8_dense_matches_reference"));
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(dense_cases); i++) {
+    const w8_case *c = &dense_cases[i];
+    if (!arch_takes(c)) {
+      printf("skip %s on sm_%d\n", c->name, engine->arch);
+      continue;
+    }
+    w8_layer x;
+    w8_layer_make(&rng, c, &x);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) failed += !w8_dense(&rng, c, &x, m_list[j]);
+    w8_layer_free(&x);
+  }
+  if (failed) fail_msg("%d dense W8A8 cases out of bound", failed);
+}
+
+static void moe_layouts_match_reference(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w8a8_moe_layouts_match_reference"));
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(moe_cases); i++) {
+    const w8_case *c = &moe_cases[i];
+    if (!arch_takes(c)) {
+      printf("skip %s on sm_%d\n", c->name, engine->arch);
+      continue;
+    }
+    w8_layer x;
+    w8_layer_make(&rng, c, &x);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
+      failed += !w8_indexed(&rng, c, &x, m_list[j], false);
+      failed += !w8_indexed(&rng, c, &x, m_list[j], true);
+      failed += !w8_contiguous(&rng, c, &x, m_list[j]);
+      failed += !w8_masked(&rng, c, &x, m_list[j]);
+    }
+    w8_layer_free(&x);
+  }
+  if (failed) fail_msg("%d MoE W8A8 cases out of bound", failed);
+}
+
+int main(void) {
+  engine = hm_test_cuda_engine_or_skip();
+  if (engine == NULL) return HM_TEST_SKIP;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(dense_matches_reference),
+      cmocka_unit_test(moe_layouts_match_reference),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_engine_destroy(engine);
+  hm_shutdown();
+  return rc;
+}

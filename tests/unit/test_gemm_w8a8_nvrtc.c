@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Every W8A8 GEMM variant compiles with NVRTC for sm_89 and sm_90a: fp8 with 128x128
+ * block or per-channel weight scales and int8 with per-channel ones, each with per-token
+ * or 1x128 activation scales, f16/bf16 output, bias; every GEMM type (each plan entry of
+ * one, the first entry of the others), batch invariance, and the transform kernels. Also
+ * the plans' legality and the refusals of what no kernel takes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "hm_test.h"
+#include "kernels/gemm_config_w8a8.h"
+#include "kernels/gemm_select.h"
+#include "kernels/transform.h"
+
+typedef struct variant {
+  hm_dtype type; /* of weights and activations */
+  bool block;    /* 128x128 weight blocks, else per channel */
+  hm_act_scale_kind act_scale;
+  hm_dtype out;
+  bool bias;
+} variant;
+
+static const variant variants[] = {
+    {HM_F8E4M3, true, HM_ACT_SCALE_GROUP128, HM_BF16, false},
+    {HM_F8E4M3, true, HM_ACT_SCALE_TOKEN, HM_F16, true},
+    {HM_F8E4M3, false, HM_ACT_SCALE_TOKEN, HM_BF16, true},
+    {HM_F8E4M3, false, HM_ACT_SCALE_GROUP128, HM_F16, false},
+    {HM_I8, false, HM_ACT_SCALE_TOKEN, HM_BF16, false},
+    {HM_I8, false, HM_ACT_SCALE_GROUP128, HM_F16, true},
+};
+
+static hm_layer_config layer_of(const variant *v, int64_t experts, bool invariant) {
+  hm_layer_config c = HM_LAYER_CONFIG_INIT;
+  c.n = 4096 + 512;
+  c.k = 7168;
+  c.experts = experts;
+  hm_quant_format f = {
+      v->type, HM_F32, v->block ? HM_SCALE_BLOCK : HM_SCALE_CHANNEL, v->block ? 128 : 0, v->block ? 128 : 0,
+      false,   false};
+  c.scheme.weight = f;
+  c.scheme.act = v->type;
+  c.scheme.act_scale = v->act_scale;
+  c.out = v->out;
+  c.bias = v->bias;
+  c.batch_invariant = invariant;
+  return c;
+}
+
+typedef struct batch {
+  hm_gemm_source src[256];
+  int count;
+} batch;
+
+static void add_config(batch *b, const hm_gemm_config *cfg) {
+  assert_true(b->count < (int)HM_ARRAY_SIZE(b->src));
+  HM_ASSERT_OK(hm_gemm_gen(cfg, &b->src[b->count]));
+  b->src[b->count].src.arch_specific = cfg->arch >= 90;
+  b->count++;
+}
+
+static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  return plan;
+}
+
+static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
+  (void)state;
+  static batch b;
+  const int archs[] = {89, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
+    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
+      const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64, false);
+      const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
+      for (int t = 0; t < 4; t++) {
+        if ((t == HM_GEMM_DENSE) != (lc.experts == 1)) continue;
+        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+        /* Each plan entry of the variant's own type; the decode entry of the others. */
+        for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) add_config(&b, &plan.cfg[j]);
+      }
+    }
+    const hm_layer_config inv = layer_of(&variants[0], 1, true);
+    const hm_gemm_plan plan = plan_of(&inv, HM_GEMM_DENSE, archs[a]);
+    add_config(&b, &plan.cfg[plan.count - 1]);
+    const hm_dtype scale_types[] = {HM_F16, HM_BF16, HM_F32};
+    for (size_t s = 0; s < HM_ARRAY_SIZE(scale_types); s++) {
+      hm_transform_desc d = {.weight = HM_F8E4M3,
+                             .scale = scale_types[s],
+                             .act = HM_F8E4M3,
+                             .n = 128,
+                             .k = 128,
+                             .experts = 1,
+                             .arch = archs[a]};
+      HM_ASSERT_OK(hm_transform_gen(&d, &b.src[b.count]));
+      b.src[b.count].src.arch_specific = archs[a] >= 90;
+      b.count++;
+    }
+  }
+  hm_kernel_source *srcs = calloc((size_t)b.count, sizeof(*srcs));
+  const hm_cubin **outs = calloc((size_t)b.count, sizeof(*outs));
+  assert_non_null(srcs);
+  assert_non_null(outs);
+  for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
+  hm_status st = hm_jit_get_cubins(srcs, b.count, outs);
+  int failed = 0;
+  for (int i = 0; i < b.count; i++)
+    if (outs[i] == NULL && failed++ < 5) printf("FAILED: %s sm_%d\n", srcs[i].name, srcs[i].arch);
+  printf("%d W8A8 GEMM and transform kernels compiled, %d failed\n", b.count, failed);
+  if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
+  for (int i = 0; i < b.count; i++) {
+    assert_true(outs[i]->size > 0);
+    hm_gemm_source_free(&b.src[i]);
+  }
+  free(srcs);
+  free(outs);
+}
+
+/* Plans of every variant, type and arch are legal mma.sync configs without the 8-row tile. */
+static void plans_are_legal(void **state) {
+  (void)state;
+  for (int inv = 0; inv < 2; inv++)
+    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++)
+      for (int t = 0; t < 4; t++) {
+        const hm_layer_config lc = layer_of(&variants[i], t == HM_GEMM_DENSE ? 1 : 8, inv);
+        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, 90);
+        assert_true(plan.count >= 1 && plan.m_hi[plan.count - 1] == INT64_MAX);
+        for (int j = 0; j < plan.count; j++) {
+          const hm_gemm_config *c = &plan.cfg[j];
+          HM_ASSERT_OK(hm_gemm_config_check(c));
+          assert_int_equal(c->tuning.mma, HM_MMA_SYNC);
+          assert_true(c->tuning.bm >= 16);
+          if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128)
+            assert_int_equal(128 % c->tuning.bk, 0);
+          if (inv) assert_false(c->tuning.stream_k);
+        }
+        assert_true(plan.cfg[hm_gemm_plan_pick(&plan, 8 * 4096)].tuning.bm >= 64);
+      }
+}
+
+static void unsupported_configs_are_refused(void **state) {
+  (void)state;
+  hm_layer_config lc = layer_of(&variants[0], 1, false);
+  hm_gemm_config base, c;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base));
+  HM_ASSERT_OK(hm_gemm_select(&base, 1, &c));
+  hm_gemm_config bad = c;
+  bad.tuning.bk = 256;
+  bad.tuning.stages = 2;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "must divide 128"));
+  bad = c;
+  bad.tuning.bm = 8;
+  bad.tuning.warps_m = 1;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  bad = c;
+  bad.arch = 80; /* fp8 MMA from sm_89 */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "sm_89"));
+  bad = c;
+  bad.layer.n = 4096 + 64; /* blocks of 128 rows */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  bad = c;
+  bad.layer.weight = HM_I4; /* W4A8 */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "W4A8"));
+  bad = c;
+  bad.tuning.mma = HM_MMA_WGMMA;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  /* int8 per token: its s32 sums cover all of K, which must stay below overflow. */
+  lc = layer_of(&variants[4], 1, false);
+  lc.k = 262144;
+  assert_int_equal(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base), HM_OK);
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+  /* Group scales of weights have no W8A8 kernel. */
+  lc = layer_of(&variants[2], 1, false);
+  lc.scheme.weight.scale_kind = HM_SCALE_GROUP;
+  lc.scheme.weight.group_k = 128;
+  assert_int_equal(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base), HM_UNSUPPORTED);
+  /* Per-token and 1x128 activation scales are different kernels. */
+  char tok[256], grp[256];
+  lc = layer_of(&variants[2], 1, false);
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base));
+  HM_ASSERT_OK(hm_gemm_select(&base, 1, &c));
+  hm_gemm_config_name(&c, tok, sizeof(tok));
+  c.layer.act_scale = HM_ACT_SCALE_GROUP128;
+  hm_gemm_config_name(&c, grp, sizeof(grp));
+  assert_string_not_equal(tok, grp);
+}
+
+/* Units of 32x64 bytes over N padded to 64 and K to 32; f32 scales in the canonical order. */
+static void transform_sizes_follow_the_layouts(void **state) {
+  (void)state;
+  hm_transform_desc d = {.weight = HM_F8E4M3,
+                         .scale = HM_F32,
+                         .act = HM_F8E4M3,
+                         .group = 128,
+                         .group_n = 128,
+                         .n = 640,
+                         .k = 896,
+                         .experts = 3,
+                         .arch = 90};
+  hm_transform_sizes sz;
+  HM_ASSERT_OK(hm_transform_sizes_of(&d, &sz));
+  assert_int_equal(sz.weight_bytes, 3 * 10 * 28 * 2048);
+  assert_int_equal(sz.in_weight_bytes, 3 * 640 * 896);
+  assert_int_equal(sz.scale_bytes, 3 * 5 * 7 * 4);
+  assert_int_equal(sz.in_scale_bytes, 3 * 5 * 7 * 4);
+  assert_int_equal(sz.zero_bytes, 0);
+  d = (hm_transform_desc){
+      .weight = HM_I8, .scale = HM_BF16, .act = HM_I8, .n = 200, .k = 592, .experts = 1, .arch = 80};
+  HM_ASSERT_OK(hm_transform_sizes_of(&d, &sz));
+  assert_int_equal(sz.weight_bytes, 4 * 19 * 2048);
+  assert_int_equal(sz.in_weight_bytes, 200 * 592);
+  assert_int_equal(sz.scale_bytes, 200 * 4);
+  assert_int_equal(sz.in_scale_bytes, 200 * 2);
+  d.k = 600; /* A and weight rows are moved in 16-byte pieces */
+  assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_INVALID_ARGUMENT);
+  d.k = 592;
+  d.weight = HM_I4; /* W4A8 */
+  assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_UNSUPPORTED);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(plans_are_legal),
+      cmocka_unit_test(unsupported_configs_are_refused),
+      cmocka_unit_test(transform_sizes_follow_the_layouts),
+      cmocka_unit_test(every_variant_compiles_for_sm89_and_sm90a),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_shutdown();
+  return rc;
+}

@@ -4,12 +4,12 @@
  * weight scales, fp8 e4m3 x e4m3 with per-channel or 128x128 block weight scales, both
  * with per-token or 1x128 activation scales. Its configs are hm_gemm_configs whose act is
  * 8-bit; the weight-only config code (gemm_config.c, gemm_gen.c, gemm_select.c) hands
- * them here for what differs: the layer's scale layout, legality, shared memory, source.
+ * them here for what differs: the layer's scale layout, legality, shared memory, kernel name.
  */
 #ifndef HM_GEMM_CONFIG_W8A8_H
 #define HM_GEMM_CONFIG_W8A8_H
 
-#include "kernels/gemm_gen.h"
+#include "kernels/gemm_config.h"
 
 /* Whether the config's activations are 8-bit, so that the W8A8 kernel runs it. */
 bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
@@ -25,7 +25,5 @@ size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg);
 void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t);
 /* The part of a kernel name the weight-only one lacks ("_b128x128_ag128"); "" otherwise. */
 void hm_gemm_w8a8_name_tag(const hm_gemm_layer_part *l, char *buf, size_t len);
-/* Generates the W8A8 kernel of a checked config. */
-hm_status hm_gemm_w8a8_gen(const hm_gemm_config *cfg, hm_gemm_source *out);
 
 #endif

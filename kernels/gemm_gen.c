@@ -35,6 +35,7 @@ static const char *gen_template =
     "  static constexpr int sk_min_iters = %d;\n"
     "  static constexpr int bm = %d, bn = %d, bk = %d;\n"
     "  static constexpr int warps_m = %d, warps_n = %d, warps_k = %d, stages = %d;\n"
+    "%s"
     "};\n"
     "static_assert(sizeof(hm_gemm_params) == %zu, \"host and device disagree on hm_gemm_params\");\n"
     "static_assert(%s<hm_cfg>::smem_bytes == %zu, \"host and device disagree on shared memory\");\n"
@@ -46,32 +47,48 @@ static const char *gen_template =
 static const char *tf(bool v) { return v ? "true" : "false"; }
 
 /* The kernel body of each MMA instruction: its header, traits and entry template. */
-static const struct {
+typedef struct {
   const char *header, *traits, *run;
-} bodies[] = {
+} kernel_body;
+
+static const kernel_body bodies[] = {
     [HM_MMA_SYNC] = {"gemm_kernel.cuh", "hm_gemm_traits", "hm_gemm_run"},
     [HM_MMA_WGMMA] = {"gemm_wgmma_kernel.cuh", "hm_wg_traits", "hm_wg_run"},
 };
+static const kernel_body w8a8_body = {"gemm_w8a8_kernel.cuh", "hm_w8_traits", "hm_w8_run"};
+
+/*
+ * The constants only the W8A8 kernel reads. It sums raw 8-bit codes (no groups, no zero
+ * point) and its scales come in as the three flags.
+ */
+static void w8a8_constants(const hm_gemm_layer_part *l, char *buf, size_t len) {
+  snprintf(buf, len,
+           "  static constexpr bool a_int8 = %s;\n"
+           "  static constexpr bool w_block = %s;\n"
+           "  static constexpr bool a_group = %s;\n",
+           tf(l->act == HM_I8), tf(l->group_n != 0), tf(l->act_scale == HM_ACT_SCALE_GROUP128));
+}
 
 hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
   HM_CHECK(hm_gemm_config_check(cfg));
-  if (hm_gemm_is_w8a8(&cfg->layer)) return hm_gemm_w8a8_gen(cfg, out);
   const hm_gemm_layer_part *l = &cfg->layer;
   const hm_gemm_tuning *t = &cfg->tuning;
+  const bool w8a8 = hm_gemm_is_w8a8(l), wgmma = t->mma == HM_MMA_WGMMA;
+  const kernel_body *body = w8a8 ? &w8a8_body : &bodies[t->mma];
+  char extra[256] = "";
+  if (w8a8) w8a8_constants(l, extra, sizeof(extra));
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));
   const int threads = hm_gemm_config_threads(cfg);
-  const bool wgmma = t->mma == HM_MMA_WGMMA;
   char *text = NULL;
-  int len = asprintf(&text, gen_template, bodies[t->mma].header, hm_gemm_weight_bits(l->weight),
-                     tf(l->act == HM_BF16), tf(l->out == HM_BF16),
-                     l->group, tf(l->zero_point), zero_const(l), tf(l->bias), tf(l->global_scale), (long long)l->n,
-                     (long long)l->k, (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k), t->sk_min_iters,
-                     t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages,
-                     sizeof(hm_gemm_kernel_params), bodies[t->mma].traits, hm_gemm_config_smem_bytes(cfg), out->name,
-                     HM_KERNEL_META_MAGIC, threads, hm_gemm_config_smem_bytes(cfg), threads, t->ctas_per_sm, out->name,
-                     bodies[t->mma].run);
+  int len = asprintf(&text, gen_template, body->header, w8a8 ? 8 : hm_gemm_weight_bits(l->weight),
+                     tf(l->act == HM_BF16), tf(l->out == HM_BF16), w8a8 ? 0 : l->group, tf(l->zero_point),
+                     w8a8 ? 0 : zero_const(l), tf(l->bias), tf(l->global_scale), (long long)l->n, (long long)l->k,
+                     (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k), t->sk_min_iters, t->bm, t->bn,
+                     t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, extra, sizeof(hm_gemm_kernel_params),
+                     body->traits, hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
+                     hm_gemm_config_smem_bytes(cfg), threads, t->ctas_per_sm, out->name, body->run);
   if (len < 0) HM_FAIL(HM_OUT_OF_MEMORY, "generating the source of %s", out->name);
   out->text = text;
   out->src.name = out->name;

@@ -91,10 +91,8 @@ static hm_status transform_kernel(hm_engine *engine, const hm_transform_desc *d,
   return ret;
 }
 
-static hm_status launch_part(hm_kernel *k, transform_params *p, int part, int64_t total, int sm_count,
-                             hm_stream *stream) {
+hm_status hm_transform_launch(hm_kernel *k, void *params, int64_t total, int sm_count, hm_stream *stream) {
   if (total == 0) return HM_OK;
-  p->part = part;
   int64_t blocks = (total + 255) / 256, cap = (int64_t)sm_count * 16;
   hm_launch_dims dims;
   memset(&dims, 0, sizeof(dims));
@@ -102,8 +100,14 @@ static hm_status launch_part(hm_kernel *k, transform_params *p, int part, int64_
   dims.grid[1] = dims.grid[2] = 1;
   dims.block[0] = 256;
   dims.block[1] = dims.block[2] = 1;
-  void *args[] = {p};
+  void *args[] = {params};
   return hm_kernel_launch(k, &dims, args, stream);
+}
+
+static hm_status launch_part(hm_kernel *k, transform_params *p, int part, int64_t total, int sm_count,
+                             hm_stream *stream) {
+  p->part = part;
+  return hm_transform_launch(k, p, total, sm_count, stream);
 }
 
 hm_status hm_transform_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,

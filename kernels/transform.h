@@ -42,6 +42,9 @@ typedef struct hm_transform_buffers {
 hm_status hm_transform_gen(const hm_transform_desc *d, hm_gemm_source *out);
 
 /* Compiles (once) and runs the transform kernels on stream. */
+/* Launches a transform kernel over total items: 256-thread blocks striding over them, at
+ * most 16 blocks an SM; params is the kernel's one argument (a struct by value). */
+hm_status hm_transform_launch(hm_kernel *k, void *params, int64_t total, int sm_count, hm_stream *stream);
 hm_status hm_transform_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,
                            hm_stream *stream);
 

@@ -82,15 +82,7 @@ hm_status hm_transform_w8_gen(const hm_transform_desc *d, hm_gemm_source *out) {
 static hm_status launch_part(hm_kernel *k, w8_transform_params *p, int part, int64_t total, int sm_count,
                              hm_stream *stream) {
   p->part = part;
-  const int64_t blocks = (total + 255) / 256, cap = (int64_t)sm_count * 16;
-  hm_launch_dims dims;
-  memset(&dims, 0, sizeof(dims));
-  dims.grid[0] = (unsigned)(blocks < cap ? blocks : cap);
-  dims.grid[1] = dims.grid[2] = 1;
-  dims.block[0] = 256;
-  dims.block[1] = dims.block[2] = 1;
-  void *args[] = {p};
-  return hm_kernel_launch(k, &dims, args, stream);
+  return hm_transform_launch(k, p, total, sm_count, stream);
 }
 
 hm_status hm_transform_w8_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,

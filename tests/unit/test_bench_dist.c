@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "hm_test.h"
+#include "test_bench_util.h"
 
 #if !defined(HM_BENCH_EXE) || !defined(HM_MPIEXEC)
 #error "tests/comm.cmake defines HM_BENCH_EXE and HM_MPIEXEC"
@@ -29,33 +29,14 @@ static int run_bench(int ranks, const char *args) {
            "'%s' --oversubscribe -np %d '%s' %s --backend host --json '%s/run.json' > '%s/out.txt' 2> "
            "'%s/err.txt'",
            HM_MPIEXEC, ranks, HM_BENCH_EXE, args, dir, dir, dir);
-  int st = system(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static const char *file_text(const char *name) {
-  static char buf[1 << 16];
-  char path[512];
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return "";
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
+  return tb_system(cmd);
 }
 
 static void expect_ok(const char *args) {
   int rc = run_bench(8, args);
   if (rc != 0)
-    fail_msg("mpirun -np 8 humming-moe-bench %s exited %d:\n%s%s", args, rc, file_text("out.txt"),
-             file_text("err.txt"));
-}
-
-static double num(json_t *row, const char *key) {
-  json_t *v = json_object_get(row, key);
-  if (!json_is_number(v)) fail_msg("row lacks a number for '%s'", key);
-  return json_number_value(v);
+    fail_msg("mpirun -np 8 humming-moe-bench %s exited %d:\n%s%s", args, rc, tb_file_text(dir, "out.txt"),
+             tb_file_text(dir, "err.txt"));
 }
 
 /* The report: its rows, the sharding in the config, the plan and every rank in the header. */
@@ -72,7 +53,7 @@ static json_t *load_report(int rows, int ep, int tp) {
   assert_int_equal(json_integer_value(json_object_get(config, "tp")), tp);
   char plan[64];
   snprintf(plan, sizeof(plan), "sharded: 8 ranks, EP %d x TP %d", ep, tp);
-  const char *out = file_text("out.txt");
+  const char *out = tb_file_text(dir, "out.txt");
   assert_non_null(strstr(out, plan));
   for (int r = 0; r < 8; r++) {
     char line[64];
@@ -86,12 +67,12 @@ static void check_layer_rows(json_t *doc, const int64_t *m, int count, const cha
   json_t *rows = json_object_get(doc, "rows");
   for (int i = 0; i < count; i++) {
     json_t *row = json_array_get(rows, (size_t)i);
-    assert_int_equal((int64_t)num(row, "M"), m[i]);
-    assert_true(num(row, "time_us") > 0 && isfinite(num(row, "time_us")));
-    assert_true(num(row, "min_us") <= num(row, "time_us") && num(row, "time_us") <= num(row, "max_us"));
-    assert_true(num(row, "GB/s") > 0 && num(row, "TFLOP/s") > 0);
-    assert_true(num(row, "active_experts") >= 1 && num(row, "active_experts") <= 8);
-    assert_int_equal((int64_t)num(row, "#wrong"), 0);
+    assert_int_equal((int64_t)tb_num(row, "M"), m[i]);
+    assert_true(tb_num(row, "time_us") > 0 && isfinite(tb_num(row, "time_us")));
+    assert_true(tb_num(row, "min_us") <= tb_num(row, "time_us") && tb_num(row, "time_us") <= tb_num(row, "max_us"));
+    assert_true(tb_num(row, "GB/s") > 0 && tb_num(row, "TFLOP/s") > 0);
+    assert_true(tb_num(row, "active_experts") >= 1 && tb_num(row, "active_experts") <= 8);
+    assert_int_equal((int64_t)tb_num(row, "#wrong"), 0);
     assert_string_equal(json_string_value(json_object_get(row, "layout")), layout);
   }
 }
@@ -103,7 +84,7 @@ static void layer_ep8(void **state) {
   const int64_t m[] = {1, 8};
   check_layer_rows(doc, m, 2, "contiguous");
   /* w4a16 against the bf16 layer, both sharded. */
-  assert_true(num(json_array_get(json_object_get(doc, "rows"), 0), "vs_bf16") > 0);
+  assert_true(tb_num(json_array_get(json_object_get(doc, "rows"), 0), "vs_bf16") > 0);
   json_decref(doc);
 }
 
@@ -121,11 +102,11 @@ static void check_e2e_rows(json_t *doc, int count, const char *const *quants) {
   for (int i = 0; i < count; i++) {
     json_t *row = json_array_get(rows, (size_t)i);
     assert_string_equal(json_string_value(json_object_get(row, "quant")), quants[i]);
-    assert_int_equal((int64_t)num(row, "conc"), i % 2 ? 4 : 1);
-    assert_int_equal((int64_t)num(row, "output_tokens"), 16);
-    assert_true(num(row, "tok/s") > 0);
-    assert_true(num(row, "tpot_p50") > 0 && num(row, "tpot_p50") <= num(row, "tpot_p99"));
-    assert_int_equal((int64_t)num(row, "#wrong"), 0);
+    assert_int_equal((int64_t)tb_num(row, "conc"), i % 2 ? 4 : 1);
+    assert_int_equal((int64_t)tb_num(row, "output_tokens"), 16);
+    assert_true(tb_num(row, "tok/s") > 0);
+    assert_true(tb_num(row, "tpot_p50") > 0 && tb_num(row, "tpot_p50") <= tb_num(row, "tpot_p99"));
+    assert_int_equal((int64_t)tb_num(row, "#wrong"), 0);
   }
 }
 
@@ -151,12 +132,12 @@ static void e2e_ep8_and_ep4_tp2(void **state) {
 static void bad_shardings_are_refused(void **state) {
   (void)state;
   assert_int_equal(run_bench(8, "layer --model tiny --ep 4 --m 1"), 2);
-  assert_non_null(strstr(file_text("err.txt"), "--ep 4 x --tp 1 needs 4 ranks, the job has 8"));
+  assert_non_null(strstr(tb_file_text(dir, "err.txt"), "--ep 4 x --tp 1 needs 4 ranks, the job has 8"));
   /* w4a16 groups 128 columns of down; I = 128 split in two leaves 64. */
   assert_int_equal(run_bench(8, "layer --model tiny --ep 4 --tp 2 --m 1"), 1);
-  assert_non_null(strstr(file_text("err.txt"), "cannot be split at TP 2"));
+  assert_non_null(strstr(tb_file_text(dir, "err.txt"), "cannot be split at TP 2"));
   assert_int_equal(run_bench(1, "kernel --model tiny --ep 2 --m 1"), 2);
-  assert_non_null(strstr(file_text("err.txt"), "kernel mode times one GPU a rank"));
+  assert_non_null(strstr(tb_file_text(dir, "err.txt"), "kernel mode times one GPU a rank"));
 }
 
 static int make_dir(void **state) {

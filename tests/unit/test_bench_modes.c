@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "hm_test.h"
+#include "test_bench_util.h"
 
 #ifndef HM_BENCH_EXE
 #error "tests/bench.cmake defines HM_BENCH_EXE, the path of humming-moe-bench"
@@ -25,26 +25,13 @@ static char dir[] = "/tmp/hm_bench_test_XXXXXX";
 static int run_bench(const char *args) {
   char cmd[2048];
   snprintf(cmd, sizeof(cmd), "'%s' %s > '%s/out.txt' 2> '%s/err.txt'", HM_BENCH_EXE, args, dir, dir);
-  int st = system(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static const char *file_text(const char *name) {
-  static char buf[1 << 16];
-  char path[512];
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return "";
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
+  return tb_system(cmd);
 }
 
 static void expect_ok(const char *args) {
   int rc = run_bench(args);
   if (rc != 0)
-    fail_msg("humming-moe-bench %s exited %d:\n%s%s", args, rc, file_text("out.txt"), file_text("err.txt"));
+    fail_msg("humming-moe-bench %s exited %d:\n%s%s", args, rc, tb_file_text(dir, "out.txt"), tb_file_text(dir, "err.txt"));
 }
 
 static json_t *load_rows(int expected) {
@@ -60,16 +47,10 @@ static json_t *load_rows(int expected) {
   return doc;
 }
 
-static double num(json_t *row, const char *key) {
-  json_t *v = json_object_get(row, key);
-  if (!json_is_number(v)) fail_msg("row lacks a number for '%s'", key);
-  return json_number_value(v);
-}
-
 /* Every printed row is a data line: it starts with a blank, comments with '#'. */
 static int table_rows(void) {
   int rows = 0;
-  const char *t = file_text("out.txt");
+  const char *t = tb_file_text(dir, "out.txt");
   for (const char *line = t; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line))
     if (line[0] == ' ') rows++;
   return rows;
@@ -80,14 +61,14 @@ static void check_sized_rows(json_t *doc, const int64_t *m, int count) {
   json_t *rows = json_object_get(doc, "rows");
   for (int i = 0; i < count; i++) {
     json_t *row = json_array_get(rows, (size_t)i);
-    assert_int_equal((int64_t)num(row, "M"), m[i]);
-    assert_true(num(row, "time_us") > 0 && isfinite(num(row, "time_us")));
-    assert_true(num(row, "min_us") <= num(row, "time_us") && num(row, "time_us") <= num(row, "max_us"));
-    assert_true(num(row, "GB/s") > 0);
-    assert_true(num(row, "TFLOP/s") > 0);
-    assert_true(num(row, "bytes") > 0 && num(row, "flops") > 0);
-    assert_true(num(row, "vs_bf16") > 0);
-    assert_int_equal((int64_t)num(row, "#wrong"), 0);
+    assert_int_equal((int64_t)tb_num(row, "M"), m[i]);
+    assert_true(tb_num(row, "time_us") > 0 && isfinite(tb_num(row, "time_us")));
+    assert_true(tb_num(row, "min_us") <= tb_num(row, "time_us") && tb_num(row, "time_us") <= tb_num(row, "max_us"));
+    assert_true(tb_num(row, "GB/s") > 0);
+    assert_true(tb_num(row, "TFLOP/s") > 0);
+    assert_true(tb_num(row, "bytes") > 0 && tb_num(row, "flops") > 0);
+    assert_true(tb_num(row, "vs_bf16") > 0);
+    assert_int_equal((int64_t)tb_num(row, "#wrong"), 0);
     assert_true(json_is_null(json_object_get(row, "%roof"))); /* no roofline on the host */
   }
 }
@@ -109,7 +90,7 @@ static void kernel_mode_every_layout(void **state) {
       check_sized_rows(doc, m, 3);
       json_decref(doc);
       assert_int_equal(table_rows(), 3);
-      assert_non_null(strstr(file_text("run.csv"), "M,time_us,"));
+      assert_non_null(strstr(tb_file_text(dir, "run.csv"), "M,time_us,"));
     }
   }
 }
@@ -128,7 +109,7 @@ static void layer_mode_schemes(void **state) {
     check_sized_rows(doc, m, 3);
     json_t *row = json_array_get(json_object_get(doc, "rows"), 2);
     assert_true(json_is_string(json_object_get(row, "layout")));
-    assert_true(num(row, "active_experts") >= 1 && num(row, "active_experts") <= 8);
+    assert_true(tb_num(row, "active_experts") >= 1 && tb_num(row, "active_experts") <= 8);
     json_decref(doc);
   }
 }
@@ -146,15 +127,15 @@ static void e2e_mode_serves_both_schemes(void **state) {
   for (size_t i = 0; i < 4; i++) {
     json_t *row = json_array_get(rows, i);
     assert_string_equal(json_string_value(json_object_get(row, "quant")), i < 2 ? "bf16" : "w4a16");
-    assert_int_equal((int64_t)num(row, "conc"), i % 2 ? 4 : 1);
-    assert_int_equal((int64_t)num(row, "reqs"), 4);
-    assert_int_equal((int64_t)num(row, "output_tokens"), 16);
-    assert_true(num(row, "tok/s") > 0);
-    assert_true(num(row, "ttft_p50") > 0 && num(row, "ttft_p50") <= num(row, "ttft_p99"));
-    assert_true(num(row, "tpot_p50") > 0 && num(row, "tpot_p50") <= num(row, "tpot_p99"));
-    assert_true(num(row, "steps") >= 4);
-    assert_true(num(row, "vs_bf16") > 0);
-    assert_int_equal((int64_t)num(row, "#wrong"), 0);
+    assert_int_equal((int64_t)tb_num(row, "conc"), i % 2 ? 4 : 1);
+    assert_int_equal((int64_t)tb_num(row, "reqs"), 4);
+    assert_int_equal((int64_t)tb_num(row, "output_tokens"), 16);
+    assert_true(tb_num(row, "tok/s") > 0);
+    assert_true(tb_num(row, "ttft_p50") > 0 && tb_num(row, "ttft_p50") <= tb_num(row, "ttft_p99"));
+    assert_true(tb_num(row, "tpot_p50") > 0 && tb_num(row, "tpot_p50") <= tb_num(row, "tpot_p99"));
+    assert_true(tb_num(row, "steps") >= 4);
+    assert_true(tb_num(row, "vs_bf16") > 0);
+    assert_int_equal((int64_t)tb_num(row, "#wrong"), 0);
   }
   json_decref(doc);
 }
@@ -169,8 +150,8 @@ static void comm_mode_single_rank(void **state) {
   for (size_t i = 0; i < 2; i++) {
     json_t *row = json_array_get(rows, i);
     /* Host timings are noisy: the round trip's median may even come out below the dispatch's. */
-    assert_true(num(row, "disp_us") > 0 && num(row, "total_us") > 0 && num(row, "comb_us") >= 0);
-    assert_int_equal((int64_t)num(row, "#wrong"), 0);
+    assert_true(tb_num(row, "disp_us") > 0 && tb_num(row, "total_us") > 0 && tb_num(row, "comb_us") >= 0);
+    assert_int_equal((int64_t)tb_num(row, "#wrong"), 0);
   }
   json_decref(doc);
 }
@@ -181,7 +162,7 @@ static void no_arguments_runs_the_default(void **state) {
   setenv("HUMMING_BACKEND", "host", 1);
   expect_ok("");
   unsetenv("HUMMING_BACKEND");
-  const char *out = file_text("out.txt");
+  const char *out = tb_file_text(dir, "out.txt");
   assert_non_null(strstr(out, "model=deepseek-mini quant=w4a16"));
   assert_non_null(strstr(out, "# OK:"));
   assert_true(table_rows() >= 4);
@@ -209,13 +190,13 @@ static void bad_flags_exit_2(void **state) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     int rc = run_bench(bad[i].args);
     if (rc != 2) fail_msg("'%s' exited %d, not 2", bad[i].args, rc);
-    if (strstr(file_text("err.txt"), bad[i].message) == NULL)
-      fail_msg("'%s': stderr '%s' lacks '%s'", bad[i].args, file_text("err.txt"), bad[i].message);
+    if (strstr(tb_file_text(dir, "err.txt"), bad[i].message) == NULL)
+      fail_msg("'%s': stderr '%s' lacks '%s'", bad[i].args, tb_file_text(dir, "err.txt"), bad[i].message);
   }
   assert_int_equal(run_bench("--help"), 0);
-  assert_non_null(strstr(file_text("out.txt"), "--concurrency"));
+  assert_non_null(strstr(tb_file_text(dir, "out.txt"), "--concurrency"));
   assert_int_equal(run_bench("--list-models"), 0);
-  assert_non_null(strstr(file_text("out.txt"), "deepseek-v3"));
+  assert_non_null(strstr(tb_file_text(dir, "out.txt"), "deepseek-v3"));
 }
 
 static int make_dir(void **state) {

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -19,6 +18,7 @@
 #include "heuristics/choose_model.h"
 #include "heuristics/tune_table.h"
 #include "hm_test.h"
+#include "test_bench_util.h"
 
 #ifndef HM_BENCH_EXE
 #error "tests/bench.cmake defines HM_BENCH_EXE, the path of humming-moe-bench"
@@ -30,14 +30,7 @@ static int run_bench(const char *args) {
   char cmd[2048];
   snprintf(cmd, sizeof(cmd), "HUMMING_CACHE_DIR='%s' '%s' %s > '%s/out.txt' 2> '%s/err.txt'", dir,
            HM_BENCH_EXE, args, dir, dir);
-  int st = system(cmd);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static double num(json_t *row, const char *key) {
-  json_t *v = json_object_get(row, key);
-  if (!json_is_number(v)) fail_msg("row lacks a number for '%s'", key);
-  return json_number_value(v);
+  return tb_system(cmd);
 }
 
 static const char *text(json_t *row, const char *key) {
@@ -103,15 +96,15 @@ static void plan_all_shows_each_source(void **state) {
   assert_int_equal(json_array_size(rows), 2);
   for (size_t i = 0; i < 2; i++) {
     json_t *row = json_array_get(rows, i);
-    const double heur = num(row, "heur_us"), tuned = num(row, "tuned_us");
-    assert_true(num(row, "default_us") > 0 && heur > 0 && tuned > 0);
-    assert_true(fabs(num(row, "time_us") - tuned) < 1e-9);
+    const double heur = tb_num(row, "heur_us"), tuned = tb_num(row, "tuned_us");
+    assert_true(tb_num(row, "default_us") > 0 && heur > 0 && tuned > 0);
+    assert_true(fabs(tb_num(row, "time_us") - tuned) < 1e-9);
     /* The JSON keeps six significant digits. */
-    assert_true(fabs(num(row, "tuned/heur") / (tuned / heur) - 1.0) < 1e-4);
-    const double pred = num(row, "pred_us");
+    assert_true(fabs(tb_num(row, "tuned/heur") / (tuned / heur) - 1.0) < 1e-4);
+    const double pred = tb_num(row, "pred_us");
     assert_true(isfinite(pred) && pred > 0);
-    assert_true(fabs(num(row, "pred_err%") - 100.0 * (pred - heur) / heur) < 1e-2);
-    assert_int_equal((int64_t)num(row, "#wrong"), 0);
+    assert_true(fabs(tb_num(row, "pred_err%") - 100.0 * (pred - heur) / heur) < 1e-2);
+    assert_int_equal((int64_t)tb_num(row, "#wrong"), 0);
   }
   /* M = 1: 2 rows over 8 experts, in the stored bucket; M = 64: 16 rows an expert, past it. */
   json_t *first = json_array_get(rows, 0), *second = json_array_get(rows, 1);
@@ -144,7 +137,7 @@ static void one_plan_keeps_the_prediction(void **state) {
   if (doc == NULL) fail_msg("run.json: %s", err.text);
   json_t *row = json_array_get(json_object_get(doc, "rows"), 0);
   assert_string_equal(text(row, "plan"), "default");
-  assert_true(num(row, "pred_us") > 0);
+  assert_true(tb_num(row, "pred_us") > 0);
   assert_true(json_is_null(json_object_get(row, "tuned_us")));
   json_decref(doc);
   assert_int_equal(run_bench("kernel --plan fastest"), 2);

@@ -114,23 +114,6 @@ static hm_status alloc_upload(hm_engine *e, const void *src, size_t bytes, void 
   return st;
 }
 
-static hm_transform_desc transform_desc(const hm_layer *l) {
-  const hm_quant_format *f = &l->cfg.scheme.weight;
-  hm_transform_desc d = {
-      .weight = f->weight,
-      .scale = f->scale,
-      .act = l->cfg.scheme.act,
-      .group = f->scale_kind == HM_SCALE_GROUP || f->scale_kind == HM_SCALE_BLOCK ? f->group_k : 0,
-      .group_n = f->scale_kind == HM_SCALE_BLOCK ? f->group_n : 0,
-      .zero_point = f->zero_point,
-      .n = l->cfg.n,
-      .k = l->cfg.k,
-      .experts = l->cfg.experts,
-      .arch = l->engine->arch,
-  };
-  return d;
-}
-
 static hm_status sync_stream(hm_engine *e, hm_stream *s) {
   if (s != NULL) return hm_stream_synchronize(s);
   HM_CU_CHECK(cuCtxSetCurrent((CUcontext)e->backend_state));
@@ -142,7 +125,7 @@ static hm_status sync_stream(hm_engine *e, hm_stream *s) {
 static hm_status upload_transformed(hm_layer *l, hm_stream *stream) {
   hm_engine *e = l->engine;
   hm_layer_device *d = &l->dev;
-  const hm_transform_desc desc = transform_desc(l);
+  const hm_transform_desc desc = hm_transform_desc_of(&l->cfg, l->engine->arch);
   hm_transform_sizes sz;
   HM_CHECK(hm_transform_sizes_of(&desc, &sz));
   hm_status ret = HM_OK;

@@ -21,11 +21,7 @@ static hm_status alloc_filled(hm_engine *e, size_t bytes, void **out) {
 }
 
 static hm_status weight_sizes(const hm_engine *e, const hm_layer_config *lc, hm_transform_sizes *sz) {
-  const hm_quant_format *f = &lc->scheme.weight;
-  const hm_transform_desc d = {.weight = f->weight, .scale = f->scale, .act = lc->scheme.act,
-                               .group = f->scale_kind == HM_SCALE_GROUP ? f->group_k : 0,
-                               .zero_point = f->zero_point, .n = lc->n, .k = lc->k, .experts = lc->experts,
-                               .arch = e->arch};
+  const hm_transform_desc d = hm_transform_desc_of(lc, e->arch);
   return hm_transform_sizes_of(&d, sz);
 }
 

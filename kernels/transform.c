@@ -91,6 +91,23 @@ static hm_status transform_kernel(hm_engine *engine, const hm_transform_desc *d,
   return ret;
 }
 
+hm_transform_desc hm_transform_desc_of(const hm_layer_config *lc, int arch) {
+  const hm_quant_format *f = &lc->scheme.weight;
+  const bool grouped = f->scale_kind == HM_SCALE_GROUP || f->scale_kind == HM_SCALE_BLOCK;
+  return (hm_transform_desc){
+      .weight = f->weight,
+      .scale = f->scale,
+      .act = lc->scheme.act,
+      .group = grouped ? f->group_k : 0,
+      .group_n = f->scale_kind == HM_SCALE_BLOCK ? f->group_n : 0,
+      .zero_point = f->zero_point,
+      .n = lc->n,
+      .k = lc->k,
+      .experts = lc->experts,
+      .arch = arch,
+  };
+}
+
 hm_status hm_transform_launch(hm_kernel *k, void *params, int64_t total, int sm_count, hm_stream *stream) {
   if (total == 0) return HM_OK;
   int64_t blocks = (total + 255) / 256, cap = (int64_t)sm_count * 16;

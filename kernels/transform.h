@@ -30,6 +30,8 @@ typedef struct hm_transform_sizes {
 } hm_transform_sizes;
 
 /* Byte sizes of the canonical inputs and the transformed outputs. */
+/* The transform of a layer's weights for a GPU of the given arch. */
+hm_transform_desc hm_transform_desc_of(const hm_layer_config *lc, int arch);
 hm_status hm_transform_sizes_of(const hm_transform_desc *d, hm_transform_sizes *out);
 
 /* Device buffers of one transform; inputs canonical, outputs sized by hm_transform_sizes_of. */

@@ -38,10 +38,10 @@ typedef struct gt_indexed_meta {
   int64_t max_padded;
 } gt_indexed_meta;
 
-/* sorted_ids per expert padded to block_m with the sentinel; the last block goes to expert -1. */
-static inline void gt_build_indexed(const int32_t *ids, int64_t m, int64_t experts, int block_m,
+/* sorted_ids of the slots' ids per expert, padded to block_m with the sentinel (slots);
+ * the last block goes to expert -1. */
+static inline void gt_build_indexed(const int32_t *ids, int64_t slots, int64_t experts, int block_m,
                                     gt_indexed_meta *x) {
-  const int64_t slots = m * GT_TOP_K;
   x->max_padded = slots + (experts + 1) * block_m;
   x->sorted_ids = gt_alloc((size_t)x->max_padded * 4);
   x->expert_ids = gt_alloc((size_t)(x->max_padded / block_m + 1) * 4);
@@ -74,7 +74,7 @@ static inline bool gt_moe_indexed(const gt_moe_runner *r, hm_rng *rng, const gt_
   gt_route(rng, m, c->experts, ids);
   gt_indexed_meta x;
   const int block_m = r->block_m(r->ctx, m * GT_TOP_K);
-  gt_build_indexed(ids, m, c->experts, block_m, &x);
+  gt_build_indexed(ids, m * GT_TOP_K, c->experts, block_m, &x);
   const int64_t a_rows = down ? m * GT_TOP_K : m, c_rows = m * GT_TOP_K;
   void *a = gt_random(rng, c->act, a_rows * c->k, 1.0f);
   float *topk_w = NULL;

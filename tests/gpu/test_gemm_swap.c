@@ -10,7 +10,7 @@
  * tunings (Stream-K or not, 1, 2 or 4 k-warps, bk 64..256, 1 or 2 units a warp). All
  * cases run and print before the test fails.
  */
-#include "gemm_test_util.h"
+#include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
 #include "layer_internal.h"
 
@@ -203,36 +203,13 @@ static void route(hm_rng *rng, int64_t m, int64_t experts, int top_k, int32_t *i
     }
 }
 
-typedef struct indexed_meta {
-  int32_t *sorted_ids, *expert_ids, num_padded;
-  int64_t max_padded;
-} indexed_meta;
-
-/* sorted_ids per expert padded to block_m with the sentinel; one more block goes to expert -1. */
-static void build_indexed(const int32_t *ids, int64_t slots, int64_t experts, int block_m, indexed_meta *x) {
-  x->max_padded = slots + (experts + 1) * block_m;
-  x->sorted_ids = gt_alloc((size_t)x->max_padded * 4);
-  x->expert_ids = gt_alloc((size_t)(x->max_padded / block_m + 1) * 4);
-  int64_t p = 0;
-  for (int32_t e = 0; e < experts; e++) {
-    const int64_t start = p;
-    for (int64_t s = 0; s < slots; s++)
-      if (ids[s] == e) x->sorted_ids[p++] = (int32_t)s;
-    while (p % block_m) x->sorted_ids[p++] = (int32_t)slots;
-    for (int64_t b = start / block_m; b < p / block_m; b++) x->expert_ids[b] = e;
-  }
-  for (int i = 0; i < block_m; i++) x->sorted_ids[p++] = (int32_t)slots;
-  x->expert_ids[p / block_m - 1] = -1;
-  x->num_padded = (int32_t)p;
-}
-
 /* Indexed: gate-up gathers token rows (top_k 2), down reads slot rows with top-k weights (top_k 2 or 1). */
 static bool run_indexed(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m,
                         int top_k, bool down, int block_m) {
   int32_t *ids = gt_alloc((size_t)(m * top_k) * 4);
   route(rng, m, c->experts, top_k, ids);
-  indexed_meta x;
-  build_indexed(ids, m * top_k, c->experts, block_m, &x);
+  gt_indexed_meta x;
+  gt_build_indexed(ids, m * top_k, c->experts, block_m, &x);
   const int64_t a_rows = down ? m * top_k : m, c_rows = m * top_k;
   void *a = gt_random(rng, c->act, a_rows * c->k, 1.0f);
   float *topk_w = NULL;

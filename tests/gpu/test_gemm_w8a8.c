@@ -182,7 +182,7 @@ static bool w8_indexed(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t
   gt_route(rng, m, c->experts, ids);
   gt_indexed_meta meta;
   const int block_m = hm_layer_block_m(x->layer, m * GT_TOP_K);
-  gt_build_indexed(ids, m, c->experts, block_m, &meta);
+  gt_build_indexed(ids, m * GT_TOP_K, c->experts, block_m, &meta);
   const int64_t c_rows = m * GT_TOP_K;
   w8_act act;
   w8_act_make(rng, c, down ? c_rows : m, &act);

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "hm_test.h"
+#include "test_gemm_compile.h"
 #include "kernels/gemm_gen.h"
 #include "kernels/gemm_select.h"
 #include "kernels/transform.h"
@@ -118,23 +119,7 @@ static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
     add_plan(&b, &lc, HM_GEMM_DENSE, archs[a], -1);
     add_transforms(&b, archs[a]);
   }
-  hm_kernel_source *srcs = calloc((size_t)b.count, sizeof(*srcs));
-  const hm_cubin **outs = calloc((size_t)b.count, sizeof(*outs));
-  assert_non_null(srcs);
-  assert_non_null(outs);
-  for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
-  hm_status st = hm_jit_get_cubins(srcs, b.count, outs);
-  int failed = 0;
-  for (int i = 0; i < b.count; i++)
-    if (outs[i] == NULL && failed++ < 5) printf("FAILED: %s sm_%d\n", srcs[i].name, srcs[i].arch);
-  printf("%d GEMM and transform kernels compiled, %d failed\n", b.count, failed);
-  if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
-  for (int i = 0; i < b.count; i++) {
-    assert_true(outs[i]->size > 0);
-    hm_gemm_source_free(&b.src[i]);
-  }
-  free(srcs);
-  free(outs);
+  tg_compile_all(b.src, b.count, "GEMM and transform");
 }
 
 static void plans_are_consistent(void **state) {

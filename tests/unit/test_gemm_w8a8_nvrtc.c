@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "hm_test.h"
+#include "test_gemm_compile.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_select.h"
 #include "kernels/transform.h"
@@ -102,23 +103,7 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
       b.count++;
     }
   }
-  hm_kernel_source *srcs = calloc((size_t)b.count, sizeof(*srcs));
-  const hm_cubin **outs = calloc((size_t)b.count, sizeof(*outs));
-  assert_non_null(srcs);
-  assert_non_null(outs);
-  for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
-  hm_status st = hm_jit_get_cubins(srcs, b.count, outs);
-  int failed = 0;
-  for (int i = 0; i < b.count; i++)
-    if (outs[i] == NULL && failed++ < 5) printf("FAILED: %s sm_%d\n", srcs[i].name, srcs[i].arch);
-  printf("%d W8A8 GEMM and transform kernels compiled, %d failed\n", b.count, failed);
-  if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
-  for (int i = 0; i < b.count; i++) {
-    assert_true(outs[i]->size > 0);
-    hm_gemm_source_free(&b.src[i]);
-  }
-  free(srcs);
-  free(outs);
+  tg_compile_all(b.src, b.count, "W8A8 GEMM and transform");
 }
 
 /* Plans of every variant, type and arch are legal mma.sync configs without the 8-row tile. */

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What the NVRTC compile tests of generated kernels share: compile a batch, check it, free it. */
+#ifndef HM_TEST_GEMM_COMPILE_H
+#define HM_TEST_GEMM_COMPILE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hm_test.h"
+#include "kernels/gemm_gen.h"
+
+/* Compiles count generated sources (through the cache), names the first failures, asserts
+ * every cubin came back non-empty, and frees the sources. what names the batch. */
+static inline void tg_compile_all(hm_gemm_source *src, int count, const char *what) {
+  hm_kernel_source *srcs = calloc((size_t)count, sizeof(*srcs));
+  const hm_cubin **outs = calloc((size_t)count, sizeof(*outs));
+  assert_non_null(srcs);
+  assert_non_null(outs);
+  for (int i = 0; i < count; i++) srcs[i] = src[i].src;
+  hm_status st = hm_jit_get_cubins(srcs, count, outs);
+  int failed = 0;
+  for (int i = 0; i < count; i++)
+    if (outs[i] == NULL && failed++ < 5) printf("FAILED: %s sm_%d\n", srcs[i].name, srcs[i].arch);
+  printf("%d %s kernels compiled, %d failed\n", count, what, failed);
+  if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
+  for (int i = 0; i < count; i++) {
+    assert_true(outs[i]->size > 0);
+    hm_gemm_source_free(&src[i]);
+  }
+  free(srcs);
+  free(outs);
+}
+
+#endif

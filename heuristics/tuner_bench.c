@@ -10,7 +10,8 @@
 
 #define TUNER_MAX_WEIGHT_BYTES ((size_t)8 << 30)
 #define WARMUP_LAUNCHES 3
-/* Byte of every buffer: 0x3c3c is a small normal bf16/f16 value, so no NaN or denormal path is timed. */
+/* Byte of every buffer: 0x3c3c is a small normal bf16/f16 value, 0x3c3c3c3c a small normal
+ * f32 and 0x3c a normal fp8 e4m3 code, so no NaN or denormal path is timed. */
 #define FILL_BYTE 0x3c
 
 static hm_status alloc_filled(hm_engine *e, size_t bytes, void **out) {
@@ -48,6 +49,15 @@ static hm_status alloc_weights(hm_tuner_bench *b, size_t l2_bytes) {
   return HM_OK;
 }
 
+/* Activation scales a row of A carries: none for 16-bit activations. */
+static int64_t act_scales_per_row(const hm_layer_config *lc) {
+  switch (lc->scheme.act_scale) {
+    case HM_ACT_SCALE_TOKEN: return 1;
+    case HM_ACT_SCALE_GROUP128: return (lc->k + 127) / 128;
+    default: return 0;
+  }
+}
+
 hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type, int top_k,
                                 int64_t max_valid_m, size_t l2_bytes, hm_tuner_bench *out) {
   HM_CHECK_NOT_NULL(engine);
@@ -65,6 +75,9 @@ hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer,
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);
   HM_CHECK_GOTO(alloc_weights(out, l2_bytes), fail);
   HM_CHECK_GOTO(alloc_filled(engine, (size_t)(a_rows * layer->k) * 2, &out->a), fail);
+  HM_CHECK_GOTO(alloc_filled(engine, (size_t)(a_rows * act_scales_per_row(layer)) * sizeof(float),
+                             (void **)&out->a_scale),
+                fail);
   HM_CHECK_GOTO(hm_mem_alloc(engine, (size_t)(max_valid_m * layer->n) * 2, &out->c), fail);
   return HM_OK;
 fail:
@@ -93,6 +106,7 @@ void hm_tuner_bench_destroy(hm_tuner_bench *b) {
     hm_mem_free(b->engine, (void *)b->ops[0].global_scale);
   }
   hm_mem_free(b->engine, b->a);
+  hm_mem_free(b->engine, b->a_scale);
   hm_mem_free(b->engine, b->c);
   hm_mem_free(b->engine, b->workspace);
   hm_stream_destroy(b->stream);
@@ -163,6 +177,7 @@ static hm_status make_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t
   memset(args, 0, sizeof(*args));
   args->type = b->type;
   args->a = b->a;
+  args->a_scale = b->a_scale;
   args->c = b->c;
   args->m = valid_m;
   if (b->type != HM_GEMM_INDEXED) return HM_OK;

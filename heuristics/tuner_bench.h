@@ -21,6 +21,7 @@ typedef struct hm_tuner_bench {
   int copies;
   hm_gemm_operands ops[HM_TUNER_MAX_COPIES];
   void *a, *c, *workspace;
+  float *a_scale; /* 8-bit activations' scales (per row, or per row and 128 columns) */
   size_t workspace_bytes;
   int32_t *sorted_ids, *expert_ids, *num_padded;
   int64_t max_padded, meta_m;

@@ -8,7 +8,7 @@
 # Phases: tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
-# the dense decode GEMM).
+# the dense decode GEMM), w8a8 (the 8-bit GEMMs next to our bf16 path).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -60,6 +60,15 @@ if has kernels; then
   done
 fi
 
+if has w8a8; then
+  for q in w8a8-fp8 w8a8-int8; do
+    for g in gate_up down; do
+      step "w8a8-$q-$g" 150 "$bench" kernel --model deepseek-v3 --quant "$q" --layout contiguous --gemm "$g" \
+        --m "${W8A8_M:-1,16,64,256,4096,32768}" --json "$LOGS/w8a8-$q-$g.json"
+    done
+  done
+fi
+
 if has layers; then
   for layout in ${LAYER_LAYOUTS:-masked indexed contiguous}; do
     step "layer-$layout" "${LAYER_LIMIT:-150}" "$bench" layer --model deepseek-v3 --quant w4a16 --layout "$layout" \
@@ -79,7 +88,7 @@ fi
 if has system; then
   step comm 90 $mpi1 "$bench" comm --model deepseek-v3 --quant bf16 --m 1:8192:x8
   step layer-dist 90 $mpi1 "$bench" layer --model deepseek-v3 --quant w4a16 --ep 1 --m 1,128,1024 --baseline none
-  step e2e "${E2E_LIMIT:-200}" "$bench" e2e --model deepseek-v3 --quant w4a16 --concurrency 1,16,64 --input-len "${E2E_IN:-512}" \
+  step e2e "${E2E_LIMIT:-300}" "$bench" e2e --model deepseek-v3 --quant w4a16 --concurrency 1,16,64 --input-len "${E2E_IN:-512}" \
     --output-len "${E2E_OUT:-64}" --distinct-layers 2 --json "$LOGS/e2e.json"
   step embed 90 "$BUILD/humming-moe-embed-example" --backend cuda --gpus 1
 fi
@@ -99,7 +108,7 @@ if has ncu; then
   done
 fi
 
-for f in "$LOGS"/kernel-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
+for f in "$LOGS"/kernel-*.log "$LOGS"/w8a8-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f")"
   grep -vE "^# (timing|rank|roofline)" "$f" | grep -E "^#|^ +[0-9]" | tail -14

@@ -74,6 +74,8 @@ hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, 
   return HM_OK;
 }
 
+/* Moves *best to the fixed table's tuning when that scores within the model's resolution
+ * of it (HM_CHOOSE_MODEL_RESOLUTION). */
 static hm_status prefer_measured(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
                                  const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi,
                                  double best_score, int *best, double *predicted_us) {

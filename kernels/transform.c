@@ -121,12 +121,6 @@ hm_status hm_transform_launch(hm_kernel *k, void *params, int64_t total, int sm_
   return hm_kernel_launch(k, &dims, args, stream);
 }
 
-static hm_status launch_part(hm_kernel *k, transform_params *p, int part, int64_t total, int sm_count,
-                             hm_stream *stream) {
-  p->part = part;
-  return hm_transform_launch(k, p, total, sm_count, stream);
-}
-
 hm_status hm_transform_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,
                            hm_stream *stream) {
   HM_CHECK_NOT_NULL(engine);
@@ -143,9 +137,13 @@ hm_status hm_transform_run(hm_engine *engine, const hm_transform_desc *d, const 
   transform_params p = {b->in_weight, b->in_scales, b->in_zeros, b->weight, b->scales, b->zeros, d->experts,
                         (int32_t)d->n, (int32_t)d->k, (int32_t)g, (int32_t)((d->k * bits + 31) / 32),
                         (int32_t)((d->n * bits + 31) / 32), 0};
-  HM_CHECK(launch_part(k, &p, 0, d->experts * n_units * k16 * 32, engine->sm_count, stream));
+  /* Part 0 places the codes, part 1 the scales, part 2 the zero points. */
+  p.part = 0;
+  HM_CHECK(hm_transform_launch(k, &p, d->experts * n_units * k16 * 32, engine->sm_count, stream));
   if (bits == 16) return HM_OK;
-  HM_CHECK(launch_part(k, &p, 1, d->experts * g * n_units * 64, engine->sm_count, stream));
-  if (d->zero_point) HM_CHECK(launch_part(k, &p, 2, d->experts * g * n_units * 64, engine->sm_count, stream));
+  p.part = 1;
+  HM_CHECK(hm_transform_launch(k, &p, d->experts * g * n_units * 64, engine->sm_count, stream));
+  p.part = 2;
+  if (d->zero_point) HM_CHECK(hm_transform_launch(k, &p, d->experts * g * n_units * 64, engine->sm_count, stream));
   return HM_OK;
 }

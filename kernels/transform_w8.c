@@ -79,12 +79,6 @@ hm_status hm_transform_w8_gen(const hm_transform_desc *d, hm_gemm_source *out) {
   return HM_OK;
 }
 
-static hm_status launch_part(hm_kernel *k, w8_transform_params *p, int part, int64_t total, int sm_count,
-                             hm_stream *stream) {
-  p->part = part;
-  return hm_transform_launch(k, p, total, sm_count, stream);
-}
-
 hm_status hm_transform_w8_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,
                               hm_stream *stream) {
   HM_CHECK(check_desc(d));
@@ -105,6 +99,9 @@ hm_status hm_transform_w8_run(hm_engine *engine, const hm_transform_desc *d, con
                            (int32_t)d->k,
                            (int32_t)scales_per_expert(d),
                            0};
-  HM_CHECK(launch_part(k, &p, 0, d->experts * n_units * k32 * 32, engine->sm_count, stream));
-  return launch_part(k, &p, 1, d->experts * scales_per_expert(d), engine->sm_count, stream);
+  /* Part 0 places the codes, part 1 the scales. */
+  p.part = 0;
+  HM_CHECK(hm_transform_launch(k, &p, d->experts * n_units * k32 * 32, engine->sm_count, stream));
+  p.part = 1;
+  return hm_transform_launch(k, &p, d->experts * scales_per_expert(d), engine->sm_count, stream);
 }

@@ -24,23 +24,33 @@ __device__ __forceinline__ int hm_a_offset(int r, int ch) {
   return r * C::bk * 2 + ((ch ^ (r & 7)) << 4);
 }
 
-template <class C>
-__device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row) {
-  using T = hm_gemm_traits<C>;
-  constexpr int per_row = C::bk / 8;
+// The bm x bk A tile of k-tile kt in 16-byte chunks (cp.async): row r is the gathered row
+// a_row[r], and rows of -1 or chunks past K are zero-filled. Chunk ch of row r lands at
+// st + offset(r, ch): each kernel brings its own swizzle. EB: bytes an element.
+template <class C, int THREADS, int EB, class Offset>
+__device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row,
+                                               Offset offset) {
+  constexpr int per_chunk = 16 / EB;
+  constexpr int per_row = C::bk / per_chunk;
   constexpr int total = C::bm * per_row;
   const unsigned char *a = (const unsigned char *)p.a;
 #pragma unroll
-  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
-    const int i = it * T::threads + (int)threadIdx.x;
-    if (total % T::threads == 0 || i < total) {
+  for (int it = 0; it < (total + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + (int)threadIdx.x;
+    if (total % THREADS == 0 || i < total) {
       const int r = i / per_row, ch = i % per_row;
       const int row = a_row[r];
-      const int k = kt * C::bk + ch * 8;
+      const int k = kt * C::bk + ch * per_chunk;
       const bool ok = row >= 0 && k < C::k;
-      hm_cp_async16(st + hm_a_offset<C>(r, ch), ok ? a + ((long long)row * C::k + k) * 2 : a, ok);
+      hm_cp_async16(st + offset(r, ch), ok ? a + ((long long)row * C::k + k) * EB : a, ok);
     }
   }
+}
+
+template <class C>
+__device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row) {
+  hm_load_a_tile<C, hm_gemm_traits<C>::threads, 2>(p, kt, st, a_row,
+                                                   [](int r, int ch) { return hm_a_offset<C>(r, ch); });
 }
 
 // Weight units of the tile's columns for k-tile kt; each column of units is contiguous.

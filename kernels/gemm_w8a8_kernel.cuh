@@ -65,21 +65,8 @@ __device__ __forceinline__ int hm_w8_a_offset(int r, int ch) {
 template <class C>
 __device__ __forceinline__ void hm_w8_load_a(const hm_gemm_params &p, int kt, unsigned char *st,
                                              const int *a_row) {
-  using T = hm_w8_traits<C>;
-  constexpr int per_row = C::bk / 16;
-  constexpr int total = C::bm * per_row;
-  const unsigned char *a = (const unsigned char *)p.a;
-#pragma unroll
-  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
-    const int i = it * T::threads + (int)threadIdx.x;
-    if (total % T::threads == 0 || i < total) {
-      const int r = i / per_row, ch = i % per_row;
-      const int row = a_row[r];
-      const int k = kt * C::bk + ch * 16;
-      const bool ok = row >= 0 && k < C::k;
-      hm_cp_async16(st + hm_w8_a_offset<C>(r, ch), ok ? a + (long long)row * C::k + k : a, ok);
-    }
-  }
+  hm_load_a_tile<C, hm_w8_traits<C>::threads, 1>(p, kt, st, a_row,
+                                                 [](int r, int ch) { return hm_w8_a_offset<C>(r, ch); });
 }
 
 template <class C>

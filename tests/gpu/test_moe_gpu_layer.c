@@ -178,6 +178,15 @@ static float *gpu_forward(hm_moe_layer *l, const inputs *in, bool use_ids, hm_st
   return f;
 }
 
+/* The GPU layer l on in (router on the GPU) against the host layer ref: within 2e-2. */
+static void expect_near_host(hm_moe_layer *ref, hm_moe_layer *l, const inputs *in, hm_stream *s, const char *what) {
+  float *want = host_forward(ref, in, false), *got = gpu_forward(l, in, false, s);
+  double err = hm_rel_error(got, want, (size_t)in->T * 512);
+  printf("# %s T=%lld: rel_err %.3g\n", what, (long long)in->T, err);
+  if (err > 2e-2) fail_msg("%s T=%lld: relative error %g", what, (long long)in->T, err);
+  free(want), free(got);
+}
+
 static void every_layout_size_and_routing(void **state) {
   (void)state;
   hm_rng rng;
@@ -230,11 +239,7 @@ static void router_on_the_gpu(void **state) {
   for (size_t t = 0; t < 3; t++) {
     inputs in;
     inputs_init(&in, tokens[t], false, &rng);
-    float *want = host_forward(ref, &in, false), *got = gpu_forward(l, &in, false, s);
-    double err = hm_rel_error(got, want, (size_t)in.T * 512);
-    printf("# router on GPU, T=%lld: rel_err %.3g\n", (long long)in.T, err);
-    if (err > 2e-2) fail_msg("T=%lld with the GPU router: relative error %g", (long long)in.T, err);
-    free(want), free(got);
+    expect_near_host(ref, l, &in, s, "router on GPU");
     inputs_free(&in);
   }
   hm_moe_layer_destroy(l);
@@ -309,12 +314,9 @@ static void dense_shared_pair(void **state) {
     for (size_t t = 0; t < 2; t++) {
       inputs in;
       inputs_init(&in, tokens[t], false, &rng);
-      float *want = host_forward(ref, &in, false), *got = gpu_forward(l, &in, false, s);
-      double err = hm_rel_error(got, want, (size_t)in.T * 512);
-      printf("# dense shared pair %s T=%lld: rel_err %.3g\n", hm_moe_layout_name(layout), (long long)in.T,
-             err);
-      if (err > 2e-2) fail_msg("dense shared pair T=%lld: relative error %g", (long long)in.T, err);
-      free(want), free(got);
+      char what[64];
+      snprintf(what, sizeof(what), "dense shared pair %s", hm_moe_layout_name(layout));
+      expect_near_host(ref, l, &in, s, what);
       inputs_free(&in);
     }
     hm_moe_layer_destroy(l);

@@ -74,31 +74,18 @@ hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, 
   return HM_OK;
 }
 
-/* Moves *best to the fixed table's tuning when that scores within the model's resolution
- * of it (HM_CHOOSE_MODEL_RESOLUTION). */
-static hm_status prefer_measured(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
-                                 const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi,
-                                 double best_score, int *best, double *predicted_us) {
-  hm_gemm_config table;
-  if (hm_gemm_select(base, hm_choose_bucket_m(m_lo, m_hi), &table) != HM_OK) return HM_OK;
-  for (int i = 0; i < count; i++) {
-    if (!hm_choose_tuning_equal(&cands[i], &table.tuning)) continue;
-    double score = 0, at_judge = 0;
-    HM_CHECK(hm_choose_score(lc, &table, p, m_lo, m_hi, &score, &at_judge));
-    if (score <= best_score * (1.0 + HM_CHOOSE_MODEL_RESOLUTION)) {
-      *best = i;
-      *predicted_us = at_judge;
-    }
-    break;
-  }
-  return HM_OK;
-}
-
-/* The index of the best of cands over (m_lo, m_hi], and its predicted time at the judging point. */
+/*
+ * The index of the best of cands over (m_lo, m_hi], and its predicted time at the judging
+ * point. The fixed table's tuning, which measurements chose, wins when it scores within
+ * the model's resolution of the best (HM_CHOOSE_MODEL_RESOLUTION).
+ */
 static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
                            const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
                            double *predicted_us) {
-  double best_score = INFINITY;
+  hm_gemm_config table;
+  const bool has_table = hm_gemm_select(base, hm_choose_bucket_m(m_lo, m_hi), &table) == HM_OK;
+  double best_score = INFINITY, table_score = INFINITY, table_us = 0;
+  int table_index = -1;
   *best = -1;
   for (int i = 0; i < count; i++) {
     hm_gemm_config cfg = *base;
@@ -110,11 +97,20 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
       *best = i;
       *predicted_us = at_judge;
     }
+    if (has_table && table_index < 0 && hm_choose_tuning_equal(&cands[i], &table.tuning)) {
+      table_index = i;
+      table_score = score;
+      table_us = at_judge;
+    }
   }
   if (*best < 0)
     HM_FAIL(HM_UNSUPPORTED, "no legal GEMM tuning for N=%lld K=%lld E=%lld on %s", (long long)lc->n,
             (long long)lc->k, (long long)lc->experts, p->name);
-  return prefer_measured(lc, base, p, cands, count, m_lo, m_hi, best_score, best, predicted_us);
+  if (table_index >= 0 && table_score <= best_score * (1.0 + HM_CHOOSE_MODEL_RESOLUTION)) {
+    *best = table_index;
+    *predicted_us = table_us;
+  }
+  return HM_OK;
 }
 
 hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,

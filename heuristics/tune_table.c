@@ -10,7 +10,6 @@
 #include "engine.h"
 #include "heuristics/tune_table.h"
 #include "kernels/cache_file.h"
-#include "kernels/gemm_config_w8a8.h"
 #include "kernels/jit.h"
 #include "log.h"
 
@@ -33,16 +32,9 @@ hm_status hm_tune_identity_for_engine(hm_engine *engine, hm_tune_identity *out) 
 }
 
 void hm_tune_layer_key(const hm_gemm_config *cfg, char *buf, size_t len) {
-  const hm_gemm_layer_part *l = &cfg->layer;
-  char group[16], w8a8[32];
-  snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
-  /* Block against channel weight scales and 1x128 against per-token activation scales are
-   * different kernels; weight-only keys stay as they were. */
-  hm_gemm_w8a8_name_tag(l, w8a8, sizeof(w8a8));
-  snprintf(buf, len, "%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_sm%d", hm_gemm_type_tag(cfg->compute.type),
-           hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, w8a8, hm_dtype_name(l->act),
-           hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "", (long long)l->n,
-           (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", cfg->arch);
+  char layer[160];
+  hm_gemm_layer_key(cfg, layer, sizeof(layer));
+  snprintf(buf, len, "%s_sm%d", layer, cfg->arch);
 }
 
 static hm_status table_path(const char *root, const char *name, char *buf, size_t len) {

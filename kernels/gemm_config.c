@@ -154,18 +154,24 @@ const char *hm_gemm_type_tag(hm_gemm_type t) {
   return "bad";
 }
 
-void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
+void hm_gemm_layer_key(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_layer_part *l = &cfg->layer;
-  const hm_gemm_tuning *t = &cfg->tuning;
   char group[16], w8a8[32];
   snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
   hm_gemm_w8a8_name_tag(l, w8a8, sizeof(w8a8));
-  snprintf(buf, len, "hm_gemm_%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s",
-           hm_gemm_type_tag(cfg->compute.type), hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, w8a8,
-           hm_dtype_name(l->act), hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "",
-           (long long)l->n, (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "", t->bm,
-           t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",
-           t->stream_k ? t->sk_min_iters : 0, t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
+  snprintf(buf, len, "%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s", hm_gemm_type_tag(cfg->compute.type),
+           hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, w8a8, hm_dtype_name(l->act),
+           hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "", (long long)l->n,
+           (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "");
+}
+
+void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  char layer[160];
+  hm_gemm_layer_key(cfg, layer, sizeof(layer));
+  snprintf(buf, len, "hm_gemm_%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s", layer, t->bm, t->bn, t->bk, t->warps_m,
+           t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp", t->stream_k ? t->sk_min_iters : 0,
+           t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
 }
 
 int hm_gemm_config_threads(const hm_gemm_config *cfg) {

@@ -62,6 +62,9 @@ hm_status hm_gemm_config_check(const hm_gemm_config *cfg);
 /* A short tag of a GEMM type for names and keys ("dense", "idx", "gcont", "gmask"). */
 const char *hm_gemm_type_tag(hm_gemm_type type);
 /* The kernel's entry name, unique per config ("hm_gemm_dense_u4z_g128_..."). */
+/* The layer and compute part of a kernel's name ("idx_u4z_g128_abf16_obf16_n4096_k7168_e256"):
+ * what a tuning-table entry is keyed by, with the arch. */
+void hm_gemm_layer_key(const hm_gemm_config *cfg, char *buf, size_t len);
 void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len);
 
 /* Derived sizes (mirrors kernels/gemm_traits.cuh). */

@@ -5,7 +5,8 @@
 Times, with torch on the GPU, what a framework without quantized MoE kernels does:
   kernel  the expert GEMM of the bench's kernel mode: for M tokens routed top-k over E
           experts, one bf16 matmul per active expert over its gathered rows (dense: one
-          matmul of M rows)
+          matmul of M rows); with --fp8, torch._scaled_mm (cuBLASLt fp8 e4m3, row-wise
+          scales for A and column-wise for W) in place of each matmul
   layer   a bf16 MoE layer: softmax top-k routing, per-expert gate_up, SiLU*up, down,
           weighted scatter-add back to the tokens
 Timing follows the bench: CUDA events, warm-up, L2 flushed before each run, median.
@@ -22,6 +23,7 @@ def parse_args():
     p.add_argument("--n", type=int, default=0, help="kernel: output features")
     p.add_argument("--k", type=int, default=0, help="kernel: input features")
     p.add_argument("--down", action="store_true", help="kernel: A holds one row per (token, slot)")
+    p.add_argument("--fp8", action="store_true", help="kernel: fp8 e4m3 operands through torch._scaled_mm")
     p.add_argument("--hidden", type=int, default=0, help="layer: H")
     p.add_argument("--intermediate", type=int, default=0, help="layer: I per expert")
     p.add_argument("--experts", type=int, required=True)
@@ -73,8 +75,32 @@ def time_us(torch, fn, iters, warmup, flush):
     return samples[len(samples) // 2]
 
 
-def kernel_fn(torch, a, w, groups, top_k, dense, down):
-    """The kernel mode's GEMM: per active expert, its gathered rows times its weights."""
+def scaled_mm(torch):
+    """A matmul of fp8 A [M, K] (row scales sa [M, 1]) by fp8 W [N, K] (column scales sw [1, N])."""
+    def mm(a, sa, w, sw):
+        return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sw, out_dtype=torch.bfloat16)
+    return mm
+
+
+def kernel_fn(torch, a, w, groups, top_k, dense, down, fp8):
+    """The kernel mode's GEMM: per active expert, its gathered rows times its weights.
+
+    fp8 times what an fp8 framework path does: the gathered rows are already fp8 with their
+    scales (the quantization is not timed, as in the bench's kernel mode)."""
+    if fp8:
+        mm = scaled_mm(torch)
+        sa = torch.ones(a.shape[0], 1, device=a.device, dtype=torch.float32)
+        sw = torch.ones(1, w.shape[1], device=a.device, dtype=torch.float32)
+        if dense:
+            return lambda: mm(a, sa, w[0], sw)
+
+        def run_fp8():
+            for e, slots in groups:
+                rows = slots if down else slots // top_k
+                # Gathered as bytes: index_select is not defined for every fp8 dtype.
+                a_e = a.view(torch.uint8).index_select(0, rows).view(a.dtype)
+                mm(a_e, sa.index_select(0, rows), w[e], sw)
+        return run_fp8
     if dense:
         return lambda: torch.matmul(a, w[0].t())
 
@@ -117,8 +143,11 @@ def main():
     bf16 = torch.bfloat16
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     dense = args.mode == "kernel" and args.experts == 1
+    fp8 = args.mode == "kernel" and args.fp8
     if args.mode == "kernel":
         w = torch.randn(args.experts, args.n, args.k, generator=gen, device=device, dtype=bf16) * 0.02
+        if fp8:
+            w = w.to(torch.float8_e4m3fn)
     else:
         h, i = args.hidden, args.intermediate
         w13 = torch.randn(args.experts, 2 * i, h, generator=gen, device=device, dtype=bf16) * 0.02
@@ -130,7 +159,9 @@ def main():
         if args.mode == "kernel":
             a_rows = m * args.top_k if args.down and not dense else m
             a = torch.randn(a_rows, args.k, generator=gen, device=device, dtype=bf16)
-            fn = kernel_fn(torch, a, w, groups, args.top_k, dense, args.down)
+            if fp8:
+                a = a.to(torch.float8_e4m3fn)
+            fn = kernel_fn(torch, a, w, groups, args.top_k, dense, args.down, fp8)
         else:
             x = torch.randn(m, args.hidden, generator=gen, device=device, dtype=bf16)
             fn = layer_fn(torch, x, w13, w2, ids, weights, groups, args.top_k)

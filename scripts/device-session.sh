@@ -8,7 +8,7 @@
 # Phases: tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
-# the dense decode GEMM), w8a8 (the 8-bit GEMMs next to our bf16 path).
+# the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -61,10 +61,10 @@ if has kernels; then
 fi
 
 if has w8a8; then
-  for q in w8a8-fp8 w8a8-int8; do
+  for q in ${W8A8_QUANTS:-w8a8-fp8 w8a8-int8}; do
     for g in gate_up down; do
       step "w8a8-$q-$g" 150 "$bench" kernel --model deepseek-v3 --quant "$q" --layout contiguous --gemm "$g" \
-        --m "${W8A8_M:-1,16,64,256,4096,32768}" --json "$LOGS/w8a8-$q-$g.json"
+        --m "${W8A8_M:-1,16,64,256,4096,32768}" --baseline torch --json "$LOGS/w8a8-$q-$g.json"
     done
   done
 fi

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The cuBLAS bf16 baseline: launch/baseline_torch.py, run through popen with the same
- * shapes, sizes and iteration counts, prints JSON that is merged into our rows.
+ * The cuBLAS baseline (bf16, or fp8 through torch._scaled_mm for fp8 schemes):
+ * launch/baseline_torch.py, run through popen with the same shapes, sizes and iteration
+ * counts, prints JSON that is merged into our rows.
  */
 #ifndef HM_BENCH_TORCH_H
 #define HM_BENCH_TORCH_H

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
+#include "heuristics/roofline.h"
 
 /* Upper ends of the rows-per-expert classes; the last class is open. */
 static const int64_t row_classes[] = {16, 32, 64};
@@ -51,10 +52,12 @@ static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
 }
 
 /*
- * On sm_90, from the (32, 64] rows-per-expert class on, the wgmma kernel: mma.sync tops
- * out near a third of Hopper's tensor rate. Two warpgroups of 128 columns each; 64 tokens
- * a tile in the middle class, 128 beyond. Batch-invariant layers stay on mma.sync, the
- * instruction (and so the summation order) of their small-M kernels.
+ * On sm_90, from the (32, 64] rows-per-expert class on, the wgmma kernels: mma.sync tops
+ * out near a third of Hopper's tensor rate (W8A8 fp8 block-scaled reached 109-144 TFLOP/s
+ * at 128+ rows per expert, spilling its partial sums). Two warpgroups of 128 columns each
+ * (64 for W8A8); 64 tokens a tile in the middle class, 128 beyond. Up to 32 rows per
+ * expert the weights' bandwidth decides and mma.sync reaches it. Batch-invariant layers
+ * stay on mma.sync, the instruction (and so the summation order) of their small-M kernels.
  */
 #define WGMMA_FIRST_CLASS 2
 
@@ -62,11 +65,16 @@ static bool wgmma_class_applies(const hm_gemm_config *base) {
   return !base->compute.batch_invariant && hm_gemm_wgmma_takes(base);
 }
 
-static hm_gemm_tuning wgmma_tuning_for_class(int cls) {
+static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls) {
   static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
   /* bk 128 over 4 stages beat bk 64 over 6 at every M from 256 to 16384 (N = K = 8192, H200,
    * docs/PERF.md 2026-12-03): half the k-iterations, each with its barrier. */
   static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
+  /* W8A8 keeps a stage's partial sums beside the accumulators: 64 columns a warpgroup, two
+   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. */
+  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA};
+  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA};
+  if (hm_gemm_is_w8a8(&base->layer)) return cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
   return cls == ROW_CLASS_COUNT - 1 ? large : mid;
 }
 
@@ -117,7 +125,7 @@ static int row_class(const hm_gemm_config *base, int64_t valid_m) {
 static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_config *out) {
   *out = *base;
   out->tuning = tuning_for_class(cls, base->compute.batch_invariant);
-  if (cls >= WGMMA_FIRST_CLASS && wgmma_class_applies(base)) out->tuning = wgmma_tuning_for_class(cls);
+  if (cls >= WGMMA_FIRST_CLASS && wgmma_class_applies(base)) out->tuning = wgmma_tuning_for_class(base, cls);
   /* Unquantized units are four times wider than 4-bit ones: keep stages affordable. */
   if (hm_gemm_weight_bits(base->layer.weight) == 16) out->tuning.bk = 64;
   if (hm_gemm_is_w8a8(&base->layer)) hm_gemm_w8a8_fit(base, &out->tuning);
@@ -154,10 +162,32 @@ int hm_gemm_plan_pick(const hm_gemm_plan *plan, int64_t valid_m) {
   return plan->count - 1;
 }
 
+/*
+ * The rows routed to a contiguous launch of m rows. Each active expert's rows are padded
+ * to block_m, so m overstates them, at decode by up to block_m times (8 tokens top-8 fill
+ * 128 rows at block_m 16), and an estimate from m would stream 12x the experts it does.
+ * Inverts the expected padded count: block_m for each active expert's first rows, one row
+ * for each further row (the padding of fuller experts averages out).
+ */
+static int64_t contiguous_rows(int64_t m, int block_m, int64_t experts) {
+  if (block_m <= 1 || experts <= 1 || m <= 1) return m;
+  int64_t lo = 1, hi = m;
+  while (lo < hi) {
+    const int64_t r = lo + (hi - lo + 1) / 2;
+    const double active = hm_expected_active_experts(experts, (double)r);
+    if (block_m * active + ((double)r - active) <= (double)m)
+      lo = r;
+    else
+      hi = r - 1;
+  }
+  return lo;
+}
+
 int64_t hm_gemm_valid_m(const hm_gemm_args *args, int64_t experts) {
   switch (args->type) {
   case HM_GEMM_INDEXED: return args->m * args->top_k;
   case HM_GEMM_GROUPED_MASKED: return args->m * experts;
+  case HM_GEMM_GROUPED_CONTIGUOUS: return contiguous_rows(args->m, args->block_m, experts);
   default: return args->m;
   }
 }

@@ -145,6 +145,7 @@ static hm_gemm_args expert_args(const hm_moe_fwd *f, int set) {
       g.m = p->rows;
       g.expert_offsets = m->expert_offsets;
       g.expert_counts = m->expert_counts;
+      g.block_m = p->align[set].block_m;
       break;
     case HM_MOE_LAYOUT_MASKED:
       g.type = HM_GEMM_GROUPED_MASKED;

@@ -67,7 +67,9 @@ typedef struct hm_gemm_args {
   const int32_t *expert_ids;     /* indexed: expert per block of block_m rows, -1 skips */
   const int32_t *num_padded;     /* indexed: device scalar, rows of sorted_ids in use */
   int64_t max_padded;            /* indexed: host upper bound of *num_padded */
-  int block_m;                   /* indexed: block size the metadata was padded to */
+  int block_m;                   /* indexed: block size the metadata was padded to; contiguous:
+                                  * each segment's padding, 0 if unknown (it lets the kernel
+                                  * choice estimate the rows routed, not the rows padded) */
   int top_k;                     /* indexed: slots per token; A row = id / a_rows_per_token */
   int a_rows_per_token;          /* indexed: top_k for gate_up (gather), 1 for down */
   const float *topk_weights;     /* indexed: if set, C row id is scaled by topk_weights[id] */

@@ -186,6 +186,7 @@ static void fill_args(const hm_bench_gemm_shape *s, const hm_bench_gemm_inputs *
     g->topk_weights = s->down ? run->topk_weights : NULL;
   } else if (s->type == HM_GEMM_GROUPED_CONTIGUOUS) {
     g->m = run->dev_align.sizes.rows;
+    g->block_m = run->block_m;
     g->expert_offsets = d->expert_offsets;
     g->expert_counts = d->expert_counts;
   } else if (s->type == HM_GEMM_GROUPED_MASKED) {

@@ -8,7 +8,8 @@
 # Phases: tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
-# the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16).
+# the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
+# fp8shapes (the fp8 shapes issue #8 sets targets on).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -69,6 +70,17 @@ if has w8a8; then
   done
 fi
 
+# The shapes issue #8 names: fp8 block-scaled grouped-contiguous with 4096 rows a group
+# (8 experts, top-1, 32768 rows), and grouped-masked decode on DeepSeek-V3's 256 experts.
+if has fp8shapes; then
+  for g in gate_up down; do
+    step "fp8-groups-$g" 150 "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 \
+      --layout contiguous --gemm "$g" --m 32768 --baseline torch --json "$LOGS/fp8-groups-$g.json"
+    step "fp8-masked-$g" 150 "$bench" kernel --model deepseek-v3 --quant w8a8-fp8 --layout masked --gemm "$g" \
+      --m "${MASKED_M:-1,16,64,256,1024}" --baseline torch --json "$LOGS/fp8-masked-$g.json"
+  done
+fi
+
 if has layers; then
   for layout in ${LAYER_LAYOUTS:-masked indexed contiguous}; do
     step "layer-$layout" "${LAYER_LIMIT:-150}" "$bench" layer --model deepseek-v3 --quant w4a16 --layout "$layout" \
@@ -108,7 +120,7 @@ if has ncu; then
   done
 fi
 
-for f in "$LOGS"/kernel-*.log "$LOGS"/w8a8-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
+for f in "$LOGS"/kernel-*.log "$LOGS"/w8a8-*.log "$LOGS"/fp8-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f")"
   grep -vE "^# (timing|rank|roofline)" "$f" | grep -E "^#|^ +[0-9]" | tail -14

@@ -24,8 +24,9 @@ typedef struct tune_opts {
 } tune_opts;
 
 static void print_tuning(const hm_gemm_tuning *t, char *buf, size_t len) {
-  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k,
-           t->stages, t->stream_k ? "sk" : "dp", t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
+  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n,
+           t->warps_k, t->stages, t->stream_k ? "sk" : "dp", t->ctas_per_sm,
+           t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
 }
 
 static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
@@ -43,8 +44,8 @@ static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const h
     if (hm_choose_cost_of(&l->config, &cfg, m, p, &c) != HM_OK) return 1;
     char t[96];
     print_tuning(&cfg.tuning, t, sizeof(t));
-    printf("  %-16s %-8s %9lld %11.2f %11.2f  %s\n", l->role, hm_gemm_type_name(type), (long long)m, c.roofline_us,
-           predicted, t);
+    printf("  %-16s %-8s %9lld %11.2f %11.2f  %s\n", l->role, hm_gemm_type_name(type), (long long)m,
+           c.roofline_us, predicted, t);
   }
   return 0;
 }
@@ -61,10 +62,11 @@ static int tune_layer(hm_engine *e, const hm_choose_model_layer *l, hm_gemm_type
     const hm_tune_bucket *b = &r.buckets[i];
     char t[96];
     print_tuning(&b->tuned, t, sizeof(t));
-    const double err = b->heuristic_us > 0 ? 100.0 * (b->predicted_us - b->heuristic_us) / b->heuristic_us : 0;
-    printf("  %-16s %-8s %9lld %11.2f %11.2f %11.2f %11.2f %7.2fx %+7.1f%%  %s\n", l->role, hm_gemm_type_name(type),
-           (long long)b->m, b->predicted_us, b->heuristic_us, b->default_us, b->tuned_us,
-           b->tuned_us > 0 ? b->heuristic_us / b->tuned_us : 0, err, t);
+    const double err =
+        b->heuristic_us > 0 ? 100.0 * (b->predicted_us - b->heuristic_us) / b->heuristic_us : 0;
+    printf("  %-16s %-8s %9lld %11.2f %11.2f %11.2f %11.2f %7.2fx %+7.1f%%  %s\n", l->role,
+           hm_gemm_type_name(type), (long long)b->m, b->predicted_us, b->heuristic_us, b->default_us,
+           b->tuned_us, b->tuned_us > 0 ? b->heuristic_us / b->tuned_us : 0, err, t);
   }
   return 0;
 }
@@ -72,10 +74,12 @@ static int tune_layer(hm_engine *e, const hm_choose_model_layer *l, hm_gemm_type
 static int parse(int argc, char **argv, tune_opts *o) {
   const hm_opt table[] = {
       {"--model", HM_OPT_STR, o->model, 0, 0, "NAME", "model preset", NULL},
-      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME", "weight-only scheme (w4a16, w4a16-sym, w8a16, bf16)", NULL},
+      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME",
+       "quantization scheme (w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-int8, bf16)", NULL},
       {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks (shapes of one rank)", NULL},
       {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},
-      {"--candidates", HM_OPT_INT, &o->candidates, 1, 14, "N", "cost-model candidates timed per bucket", NULL},
+      {"--candidates", HM_OPT_INT, &o->candidates, 1, 14, "N", "cost-model candidates timed per bucket",
+       NULL},
       {"--reps", HM_OPT_INT, &o->reps, 1, 1000, "N", "timed launches per candidate (median)", NULL},
       {"--plan", HM_OPT_FLAG, &o->plan, 0, 0, NULL, "print the analytic choices, time nothing", NULL},
       {"--help", HM_OPT_FLAG, &o->help, 0, 0, NULL, "this text", NULL},
@@ -131,7 +135,8 @@ int hm_cli_tune(int argc, char **argv) {
   printf("# humming-moe tune  model=%s quant=%s tp=%lld ep=%lld  dev=%s  profile=%s%s%s\n", o.model, o.quant,
          (long long)o.tp, (long long)o.ep, hm_engine_device_name(e), p.name, o.plan ? "" : "  table=", root);
   if (o.plan)
-    printf("# %-16s %-8s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us", "choice");
+    printf("# %-16s %-8s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us",
+           "choice");
   else
     printf("# %-16s %-8s %9s %11s %11s %11s %11s %8s %8s  %s\n", "layer", "type", "valid_M", "predict_us",
            "heur_us", "default_us", "tuned_us", "speedup", "pred_err", "tuned");

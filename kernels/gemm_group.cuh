@@ -24,6 +24,37 @@ __device__ __forceinline__ hm_u32 hm_zero_of_byte(hm_u32 zeros, int b) {
   return __byte_perm(zeros, high, 0x4040u | (hm_u32)b * 0x0101u);
 }
 
+// The f32 magic + z of zero point byte b, which the late-scale fold subtracts (exact: a
+// byte over the magic's high byte; bf16 lands as the f32's high half, f16 converts).
+template <bool BF16, int B>
+__device__ __forceinline__ float hm_biased_zero_f32(hm_u32 zeros, int b) {
+  if constexpr (BF16)
+    return __uint_as_float(__byte_perm(zeros, hm_dq<true, B>::magic >> 8, 0x4055u | (hm_u32)b << 8));
+  return hm_h_to_f32<false>(hm_zero_of_byte<false, B>(zeros, b));
+}
+
+// The late-scale fold's operands of scale group gi of unit column unit_col, for the eight
+// n8 blocks j: the column's scale and its biased zero, in f32. Read once per run of a
+// warp's steps in one group, so they are not kept live across the steps.
+template <class C>
+__device__ __forceinline__ void hm_fold_load(const unsigned char *st, int gi, int unit_col, int lane,
+                                             float (&s)[8], float (&zb)[8]) {
+  using T = hm_gemm_traits<C>;
+  using D = hm_dq<T::bf16, C::bits>;
+  const uint4 v = *(const uint4 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + (lane >> 2) * 16);
+  const hm_u32 sc[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j] = hm_h_to_f32<T::bf16>((j & 1) ? sc[j >> 1] >> 16 : sc[j >> 1]);
+  if constexpr (T::z_bytes > 0) {
+    const uint2 z = *(const uint2 *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 + (lane >> 2) * 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) zb[j] = hm_biased_zero_f32<T::bf16, C::bits>(j < 4 ? z.x : z.y, j & 3);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) zb[j] = D::magic_value + (float)C::zero_const;
+  }
+}
+
 // Loads the operands of scale group gi (within the stage) of unit column unit_col.
 template <class C>
 __device__ __forceinline__ void hm_group_load(const unsigned char *st, int gi, int unit_col, int lane,

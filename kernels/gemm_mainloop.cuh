@@ -127,12 +127,13 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, int wm
   using T = hm_gemm_traits<C>;
   const unsigned a_base = hm_smem_addr(st);
   hm_group_vals g[T::nu];
+  float sa[4];  // late scale: the tokens' activation sums of the current run
 #pragma unroll
   for (int ss = 0; ss < T::wk_steps; ++ss) {
     const int s = wk * T::wk_steps + ss;
     // Tiles of several m16 blocks amortize the dequant over their MMAs and are short of
     // registers: they rebuild the operands per step instead of keeping them live.
-    if constexpr (T::quant) {
+    if constexpr (T::quant && !T::late_scale) {
       if (T::mi > 1 || hm_group_starts<C>(ss)) {
 #pragma unroll
         for (int u = 0; u < T::nu; ++u) hm_group_load<C>(st, T::step_group(s), wn * T::nu + u, lane, g[u]);
@@ -142,8 +143,12 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, int wm
       // The 8 token rows as the n8 operand: matrix 0 holds k 0..7 of the step, matrix 1 k 8..15.
       hm_u32 bf[2];
       hm_ldmatrix_x2(bf, a_base + hm_a_offset<C>(lane & 7, s * 2 + ((lane >> 3) & 1)));
+      if constexpr (T::late_scale) {
+        hm_swap_late_step<C>(st, wn * T::nu, s, ss, lane, bf, sa, acc);
+      } else {
 #pragma unroll
-      for (int u = 0; u < T::nu; ++u) hm_swap_unit_mma<C>(st, wn * T::nu + u, s, lane, bf, g[u], acc[u][0]);
+        for (int u = 0; u < T::nu; ++u) hm_swap_unit_mma<C>(st, wn * T::nu + u, s, lane, bf, g[u], acc[u][0]);
+      }
     } else {
       hm_u32 af[T::mi][4];
 #pragma unroll

@@ -4,6 +4,7 @@
 // a 64-column unit takes 4 MMAs instead of the 8 a 16-row tile pays even for one token.
 // The accumulators hold C^T during the mainloop and are moved into the standard layout
 // once per tile segment, so the k reduction, Stream-K and the epilogue are unchanged.
+// Codes that fit the activation type's mantissa skip the dequant (late scale, below).
 #pragma once
 
 #include "gemm_group.cuh"
@@ -35,6 +36,93 @@ __device__ __forceinline__ void hm_swap_unit_mma(const unsigned char *st, int un
     for (int r = 0; r < 4; ++r) a[r] = hm_dq_pair<C>(w, hm_swap_a_slot(J, r), g);
     hm_mma_16816<T::bf16>(acc[J], a, bf[0], bf[1]);
   }
+}
+
+/*
+ * Late scale (hm_gemm_traits::late_scale): the A operand is the codes as magic + q
+ * (hm_dq::biased: a shift and one lop3 a pair instead of also a subtract and a multiply),
+ * summed into partials acc[4 + J] (C^T, slots unused until the layout change) over each
+ * run of a warp's k16 steps within one scale group. At the end of a run every partial
+ * folds into its accumulator, acc += s (part - (magic + z) sa) (hm_swap_fold_one), with
+ * sa the tokens' activation sums over the run, which one MMA of an all-ones A a step
+ * gives for all units of the warp. The sum is linear in k, so runs, stages, k-warps and
+ * Stream-K pieces add up as before and only the mainloop changes.
+ * Precision: the codes, magic + z and the ones are exact, so only the f32 sums round.
+ * The fold cancels part against (magic + z) sa, both near magic |a| per k (1024 for f16,
+ * 128 for bf16) while their difference sum (q - z) a grows like sqrt(k) |a| |q - z|; a run is
+ * at most 16 steps (256 k) with bf16 and 4 with f16 (hm_gemm_traits::late_run). Modelled
+ * on the CPU with every MMA add truncated (tests/unit/test_gemm_swap_fold.c), the error
+ * over K = 8192 stays below 1e-5 (bf16) and 4e-5 (f16) for zero-mean activations, and
+ * 1e-4 (bf16) and 2.5e-4 (f16) for activations all of one sign, where 16-step f16 runs
+ * would reach 1.1e-3: within a tenth of the formats' bounds (1.2e-2, 3e-3). Zero-mean
+ * sums come out more precise than the old path's, which rounds every weight to bf16/f16.
+ */
+
+// The activation sums of the tile's tokens over a k16 step, added to sa (restarted when
+// first): c[i] holds token 2t + i % 2 (hm_swap_fold_token).
+template <class C>
+__device__ __forceinline__ void hm_swap_sum_a(const hm_u32 (&bf)[2], bool first, float (&sa)[4]) {
+  using T = hm_gemm_traits<C>;
+  constexpr hm_u32 one2 = hm_dq<T::bf16, C::bits>::one2;
+  const hm_u32 ones[4] = {one2, one2, one2, one2};
+  if (first)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sa[i] = 0.0f;
+  hm_mma_16816<T::bf16>(sa, ones, bf[0], bf[1]);
+}
+
+// One weight unit at k16 step s on biased codes: block J's partial sums in acc[4 + J],
+// restarted when first.
+template <class C>
+__device__ __forceinline__ void hm_swap_unit_mma_biased(const unsigned char *st, int unit_col, int s,
+                                                        int lane, const hm_u32 (&bf)[2], bool first,
+                                                        float (&acc)[8][4]) {
+  using T = hm_gemm_traits<C>;
+  using D = hm_dq<T::bf16, C::bits>;
+  hm_u32 w[C::bits];
+  hm_load_lane_words<C::bits>(w, st + T::b_off + (unit_col * T::steps + s) * T::unit_bytes, lane);
+#pragma unroll
+  for (int J = 0; J < 4; ++J) {
+    hm_u32 a[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = D::biased(w, hm_swap_a_slot(J, r));
+    float(&part)[4] = acc[4 + J];
+    if (first)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[i] = 0.0f;
+    hm_mma_16816<T::bf16>(part, a, bf[0], bf[1]);
+  }
+}
+
+// The end of a run: partials of scale group gi of the unit into its accumulators.
+template <class C>
+__device__ __forceinline__ void hm_swap_fold(const unsigned char *st, int gi, int unit_col, int lane,
+                                             const float (&sa)[4], float (&acc)[8][4]) {
+  float s[8], zb[8];
+  hm_fold_load<C>(st, gi, unit_col, lane, s, zb);
+#pragma unroll
+  for (int J = 0; J < 4; ++J)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = hm_swap_fold_block(J, i);
+      acc[J][i] = hm_swap_fold_one(acc[J][i], acc[4 + J][i], s[j], zb[j], sa[hm_swap_fold_token(i)]);
+    }
+}
+
+// Late-scale k16 step ss of a warp (stage step s) for its units unit0..: runs of
+// T::late_run steps, which divides the warp's steps within a scale group.
+template <class C>
+__device__ __forceinline__ void hm_swap_late_step(const unsigned char *st, int unit0, int s, int ss, int lane,
+                                                  const hm_u32 (&bf)[2], float (&sa)[4], hm_acc_t<C> &acc) {
+  using T = hm_gemm_traits<C>;
+  const bool first = ss % T::late_run == 0;
+  const bool last = (ss + 1) % T::late_run == 0;
+  hm_swap_sum_a<C>(bf, first, sa);
+#pragma unroll
+  for (int u = 0; u < T::nu; ++u) hm_swap_unit_mma_biased<C>(st, unit0 + u, s, lane, bf, first, acc[u][0]);
+  if (last)
+#pragma unroll
+    for (int u = 0; u < T::nu; ++u) hm_swap_fold<C>(st, T::step_group(s), unit0 + u, lane, sa, acc[u][0]);
 }
 
 // C^T sums of one unit (acc[0..3]) -> the standard accumulators of a 16-row m block

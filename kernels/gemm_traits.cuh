@@ -22,6 +22,9 @@ struct hm_gemm_traits {
   static constexpr int threads = 32 * warps_mn * C::warps_k;
   static constexpr bool swap_ab = C::bm == 8;
   static constexpr int map_rows = swap_ab ? 16 : C::bm;  // rows of the row maps and accumulators
+  // Swapped tiles MMA on the magic-biased codes and apply zero point and scale to f32
+  // sums once per scale group (gemm_swap.cuh), unless the codes overflow the mantissa.
+  static constexpr bool late_scale = swap_ab && quant && !hm_dq<bf16, C::bits>::via_f32;
   static constexpr int wtm = C::bm / C::warps_m;  // warp tile rows
   static constexpr int wtn = C::bn / C::warps_n;  // warp tile columns
   static constexpr int mi = swap_ab ? 1 : wtm / 16;
@@ -29,6 +32,11 @@ struct hm_gemm_traits {
   static constexpr int bn_units = C::bn / 64;
   static constexpr int steps = C::bk / 16;
   static constexpr int wk_steps = steps / C::warps_k;
+  // Late scale: the k16 steps a warp sums on biased codes before it folds them
+  // (gemm_swap.cuh), its steps within one scale group; at most 4 with f16, whose bias
+  // 1024 + z cancels 8x more of the f32 sums than bf16's 128 + z.
+  static constexpr int group_steps = (C::group == 0 || C::group >= wk_steps * 16) ? wk_steps : C::group / 16;
+  static constexpr int late_run = (!bf16 && group_steps > 4) ? 4 : group_steps;
 
   static constexpr int n_units = (C::n + 63) / 64;
   static constexpr int k16 = (C::k + 15) / 16;

@@ -97,6 +97,21 @@ struct hm_dq {
     return (z | magic) * 0x10001u;
   }
 
+  // magic + the codes of pair slot ps, both halves: the exact biased values the
+  // late-scale step multiplies (gemm_swap.cuh), which applies zero point and scale after
+  // the MMA. Mask and magic go in one explicit lop3: ptxas left them as AND then OR.
+  __device__ static __forceinline__ hm_u32 biased(const hm_u32 (&w)[B], int ps) {
+    using L = hm_wlayout<B>;
+    constexpr hm_u32 magic2 = magic * 0x10001u;
+    if (ps >= L::regular) return hm_pair_codes<B>(w, ps) | magic2;
+    const hm_u32 x = w[ps / L::per_word] >> ((ps % L::per_word) * B);
+    hm_u32 d;  // (x & mask) | magic
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(x), "r"(L::mask2), "r"(magic2));
+    return d;
+  }
+  static constexpr float magic_value = BF16 ? 128.0f : 1024.0f;
+  static constexpr hm_u32 one2 = BF16 ? 0x3f803f80u : 0x3c003c00u;  // (1.0, 1.0)
+
   // (codes - zero) * scale, both halves; s2 holds the column's scale in both halves.
   __device__ static __forceinline__ hm_u32 apply(hm_u32 codes, hm_u32 z, hm_u32 s2) {
     if constexpr (via_f32) {

@@ -45,4 +45,24 @@ HM_LANE_FN int hm_swap_recv_col(int lane, int x) {
   return ((lane >> 2) & 1) ^ x;
 }
 
+/*
+ * The late-scale fold (gemm_swap.cuh): C^T element i of block J is unit column
+ * 16J + 8(i / 2) + g, whose scale and zero are those of n8 block 2J + i / 2 (column
+ * 8j + g of the scale and zero words), and token 2t + i % 2, whose activation sum is
+ * element i % 2 of the all-ones MMA (rows g and g + 8 of it hold the same sums).
+ */
+HM_LANE_FN int hm_swap_fold_block(int block, int i) {
+  return 2 * block + (i >> 1);
+}
+
+HM_LANE_FN int hm_swap_fold_token(int i) {
+  return i & 1;
+}
+
+// acc + s (part - zb sa): the partial sum of magic-biased codes part, less the biased zero
+// zb times the tokens' activation sum sa over the same k, scaled by the column's scale.
+HM_LANE_FN float hm_swap_fold_one(float acc, float part, float s, float zb, float sa) {
+  return acc + s * (part - zb * sa);
+}
+
 #endif

@@ -2,13 +2,14 @@
 /*
  * The swapped-operand 8-row decode kernels (bm = 8) against the host reference, forced
  * whatever the layer's own plan picks: every weight format (u1..u8, i4/i8, zero points
- * or not, group 32/64/128 and per channel, f16 and bf16, bias, and unquantized weights,
+ * or not, group 16..256 and per channel, f16 and bf16, bias, and unquantized weights,
  * which the kernel takes though the plans keep them on 16 rows) on dense layers, and
  * every GEMM type (indexed gate-up gather with top_k 2, down with top-k weights, down
  * with top_k 1, grouped-contiguous, grouped-masked with an expert of 0 tokens) on MoE
- * layers, at M = 1, 2, 7, 8 with N and K off the tile grid, C poisoned first; three
- * tunings (Stream-K or not, 1, 2 or 4 k-warps, bk 64..256, 1 or 2 units a warp). All
- * cases run and print before the test fails.
+ * layers, at M = 1, 2, 7, 8 with N and K off the tile grid, C poisoned first; four
+ * tunings (Stream-K or not, 1, 2 or 4 k-warps, bk 64..256, 1 or 2 units a warp, 1 to 16
+ * k16 steps a warp sums before the late-scale fold, gemm_swap.cuh). All cases run and
+ * print before the test fails.
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
@@ -38,6 +39,10 @@ static const gt_case dense_cases[] = {
     {"u6 g64 f16", FS(U6, 64, false, F16), HM_F16, HM_F16, false, 640, 1280, 1, false},
     {"u7z channel bf16", FS(U7, 0, true, BF16), HM_BF16, HM_BF16, false, 640, 1280, 1, false},
     {"u1 g128 f16", FS(U1, 128, false, F16), HM_F16, HM_F16, false, 576, 1280, 1, false},
+    /* Late scale: a group over several stages, a k16 step per group, symmetric per channel. */
+    {"u4z g256 bf16", FS(U4, 256, true, BF16), HM_BF16, HM_BF16, false, 640, 1536, 1, false},
+    {"u4 g16 f16", FS(U4, 16, false, F16), HM_F16, HM_F16, false, 576, 1024, 1, false},
+    {"i4 channel bf16 K=1000", FS(I4, 0, false, BF16), HM_BF16, HM_BF16, false, 1000, 1000, 1, false},
     {"bf16 unquantized",
      {HM_BF16, HM_BF16, HM_SCALE_NONE, 0, 0, false, false},
      HM_BF16,
@@ -70,6 +75,7 @@ static const hm_gemm_tuning tunings[] = {
     {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
     {8, 128, 64, 1, 2, 1, 3, false, 0, 2, HM_MMA_SYNC},
     {8, 128, 256, 1, 1, 4, 3, true, 2, 1, HM_MMA_SYNC},
+    {8, 256, 256, 1, 4, 1, 3, true, 2, 1, HM_MMA_SYNC}, /* 16 k16 steps a warp and stage */
 };
 #define TUNINGS ((int)HM_ARRAY_SIZE(tunings))
 

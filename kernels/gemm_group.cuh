@@ -79,9 +79,10 @@ __device__ __forceinline__ void hm_group_load(const unsigned char *st, int gi, i
 template <class C>
 __device__ __forceinline__ hm_u32 hm_dq_pair(const hm_u32 (&w)[C::bits], int ps, const hm_group_vals &g) {
   using T = hm_gemm_traits<C>;
-  const hm_u32 codes = hm_pair_codes<C::bits>(w, ps);
-  if constexpr (!T::quant) return codes;
-  return hm_dq<T::bf16, C::bits>::apply(codes, g.z2[ps >> 1], g.s2[ps >> 1]);
+  using D = hm_dq<T::bf16, C::bits>;
+  if constexpr (!T::quant) return hm_pair_codes<C::bits>(w, ps);
+  if constexpr (D::via_f32) return D::apply(hm_pair_codes<C::bits>(w, ps), g.z2[ps >> 1], g.s2[ps >> 1]);
+  return D::apply_biased(D::biased(w, ps), g.z2[ps >> 1], g.s2[ps >> 1]);
 }
 
 // Whether k16 step ss (of the warp's wk_steps) starts a scale group for this warp: a warp's

@@ -84,12 +84,20 @@ __device__ __forceinline__ void hm_load_lane_words(hm_u32 (&w)[B], const unsigne
   }
 }
 
+// (x & mask) | bits in one lop3: ptxas leaves the mask and the magic as an AND and an OR.
+__device__ __forceinline__ hm_u32 hm_and_or(hm_u32 x, hm_u32 mask, hm_u32 bits) {
+  hm_u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(x), "r"(mask), "r"(bits));
+  return d;
+}
+
 // Codes are exact small integers once ORed into the mantissa of 1024 (f16) or 128
 // (bf16); 8-bit codes overflow bf16's mantissa and go through f32 (2^23) instead.
 template <bool BF16, int B>
 struct hm_dq {
   static constexpr bool via_f32 = BF16 && B == 8;
   static constexpr hm_u32 magic = BF16 ? 0x4300u : 0x6400u;
+  static constexpr hm_u32 magic2 = magic * 0x10001u;
 
   // The per-column zero operand for zero point z (an 8-bit code).
   __device__ static __forceinline__ hm_u32 zero(hm_u32 z) {
@@ -97,20 +105,20 @@ struct hm_dq {
     return (z | magic) * 0x10001u;
   }
 
-  // magic + the codes of pair slot ps, both halves: the exact biased values the
-  // late-scale step multiplies (gemm_swap.cuh), which applies zero point and scale after
-  // the MMA. Mask and magic go in one explicit lop3: ptxas left them as AND then OR.
+  // magic + the codes of pair slot ps, both halves: the exact values the late-scale step
+  // multiplies (gemm_swap.cuh) and apply_biased dequantizes.
   __device__ static __forceinline__ hm_u32 biased(const hm_u32 (&w)[B], int ps) {
     using L = hm_wlayout<B>;
-    constexpr hm_u32 magic2 = magic * 0x10001u;
     if (ps >= L::regular) return hm_pair_codes<B>(w, ps) | magic2;
-    const hm_u32 x = w[ps / L::per_word] >> ((ps % L::per_word) * B);
-    hm_u32 d;  // (x & mask) | magic
-    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(x), "r"(L::mask2), "r"(magic2));
-    return d;
+    return hm_and_or(w[ps / L::per_word] >> ((ps % L::per_word) * B), L::mask2, magic2);
   }
   static constexpr float magic_value = BF16 ? 128.0f : 1024.0f;
   static constexpr hm_u32 one2 = BF16 ? 0x3f803f80u : 0x3c003c00u;  // (1.0, 1.0)
+
+  // (biased - zero) * scale, both halves, for biased = magic + codes (not via f32).
+  __device__ static __forceinline__ hm_u32 apply_biased(hm_u32 biased, hm_u32 z, hm_u32 s2) {
+    return hm_h2_mul<BF16>(hm_h2_sub<BF16>(biased, z), s2);
+  }
 
   // (codes - zero) * scale, both halves; s2 holds the column's scale in both halves.
   __device__ static __forceinline__ hm_u32 apply(hm_u32 codes, hm_u32 z, hm_u32 s2) {
@@ -120,8 +128,7 @@ struct hm_dq {
       const float hi = __uint_as_float(0x4b000000u | (codes >> 16)) - zf;
       return hm_h2_mul<true>(hm_h2_from_f32<true>(lo, hi), s2);
     } else {
-      const hm_u32 v = hm_h2_sub<BF16>(codes | (magic * 0x10001u), z);
-      return hm_h2_mul<BF16>(v, s2);
+      return apply_biased(codes | magic2, z, s2);
     }
   }
 };

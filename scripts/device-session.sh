@@ -53,9 +53,9 @@ fi
 
 if has kernels; then
   dense="--model tiny --hidden 8192 --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
-  step kernel-dense 120 "$bench" kernel $dense --quant w4a16 --m 1:16384:x2 --baseline torch \
+  step kernel-dense 120 "$bench" kernel $dense --quant w4a16 --m "${DENSE_M:-1:16384:x2}" --baseline torch \
     --json "$LOGS/kernel-dense.json"
-  for g in gate_up down; do
+  for g in ${KERNEL_MOE-gate_up down}; do
     step "kernel-moe-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
       --m 1,4,16,64,256,1024,4096,8192 --baseline torch --json "$LOGS/kernel-moe-$g.json"
   done

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "heuristics/choose.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
 
 #define MAX_THREADS_PER_SM 2048
@@ -44,12 +45,16 @@ static bool layer_fit_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   return true;
 }
 
-/* The wgmma kernel's warpgroup rules (gemm_config_wgmma.c), likewise without errors. */
+/* The wgmma kernels' warpgroup rules (gemm_config_wgmma.c, and the W8A8 one's bk of 128
+ * in gemm_config_w8a8.c), likewise without errors. */
 static bool wgmma_grid_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   if (!hm_gemm_wgmma_takes(base) || base->compute.batch_invariant) return false;
   if (t->warps_k != 1 || t->warps_n % 4 != 0 || t->bn % (64 * (t->warps_n / 4)) != 0) return false;
+  if (hm_gemm_is_w8a8(&base->layer) && t->bk != 128) return false;
+  hm_gemm_config cfg = *base;
+  cfg.tuning = *t;
   const int rows = t->bm / t->warps_m;
-  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 || hm_gemm_wgmma_acc_regs(t) > 128) return false;
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 || hm_gemm_wgmma_sum_regs(&cfg) > 128) return false;
   return t->stages >= 3 && t->bm <= 32 * t->warps_m * t->warps_n;
 }
 
@@ -75,7 +80,7 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
     return false;
   const int threads = hm_gemm_config_threads(cfg);
   if (threads * t->ctas_per_sm > MAX_THREADS_PER_SM) return false;
-  const int acc_regs = t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_acc_regs(t)
+  const int acc_regs = t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_sum_regs(cfg)
                                               : (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
   return (BASE_REGS_PER_THREAD + acc_regs) * threads * t->ctas_per_sm <= REGS_PER_SM;
 }

@@ -21,13 +21,16 @@
  *  - k-iterations: each one ends in a cp.async wait and a CTA barrier that the few
  *    resident warps cannot hide, a fixed cost per iteration an SM runs (measured on the
  *    H200 2026-12-03: bk 64 -> 128 saved 0.43 us an iteration at M = 1 and 0.25 us at
- *    M = 4096, N = K = 8192), so deeper k tiles win where shared memory allows.
+ *    M = 4096, N = K = 8192), so deeper k tiles win where shared memory allows; the W8A8
+ *    wgmma kernel adds its fold: each k-iteration its warpgroups wait out their wgmmas and
+ *    scale the partial sums into the accumulators before the next ones issue.
  */
 #include <math.h>
 
 #include "check.h"
 #include "heuristics/choose.h"
 #include "heuristics/roofline.h"
+#include "kernels/gemm_config_w8a8.h"
 
 #define LAUNCH_US 2.0
 #define DRAM_LATENCY_US 0.8
@@ -39,6 +42,9 @@
 /* One SM's load path tops out near twice its fair share of the DRAM bandwidth. */
 #define SM_BW_SHARE_MAX 2.0
 #define K_ITER_US 0.3
+/* ~120 instructions a warp (16 scale loads, 32 products, 64 FMAs, the wait) with 8 warps on
+ * 4 schedulers: some 300 cycles of the tensor cores idle an iteration, not measured yet. */
+#define W8A8_WGMMA_FOLD_US 0.17
 
 static double effective_experts(const hm_layer_config *lc, hm_gemm_type type, const hm_roofline *r) {
   if (type == HM_GEMM_DENSE) return 1.0;
@@ -138,7 +144,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   /* CTAs sharing an SM were not seen to hide each other's iteration cost: it counts per SM.
    * A two-stage ring has nothing in flight while it computes: each iteration waits out a
    * whole DRAM round trip. */
-  const double per_iter_us = K_ITER_US + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0);
+  const bool folds = t->mma == HM_MMA_WGMMA && hm_gemm_is_w8a8(&cfg->layer);
+  const double per_iter_us =
+      K_ITER_US + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
   const double iter_us = per_iter_us * makespan_iters(t, tiles, k_iters, p->sm_count) * t->ctas_per_sm;
   out->predicted_us =
       LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (t->stream_k ? SK_FIXUP_US : 0.0);

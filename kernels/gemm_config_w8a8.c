@@ -88,10 +88,29 @@ static int units_per_warp(const hm_gemm_tuning *t) {
   return (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64);
 }
 
+size_t hm_gemm_w8a8_wgmma_stage_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const size_t a_scales = cfg->layer.act_scale == HM_ACT_SCALE_GROUP128 ? (size_t)t->bm * 4 : 0;
+  return (size_t)t->bm * t->bk + (size_t)t->bn / 64 * (t->bk / 32) * 2048 + a_scales;
+}
+
+/* What the wgmma kernel (gemm_w8a8_wgmma.cuh) adds to the common wgmma rules. */
+static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->bk != 128)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "W8A8 wgmma GEMM: bk=%d must be 128 (a 128-byte swizzle row of tokens, one K scale block)", t->bk);
+  /* A thread holds up to 128 sums, 16 A fragment registers and its addresses and scales:
+   * more than 2 warpgroups leave it 128 registers, and ptxas spills. */
+  if (t->warps_m * (t->warps_n / 4) > 2)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 wgmma GEMM: %d warpgroups (at most 2: a thread needs ~150 registers)",
+            t->warps_m * (t->warps_n / 4));
+  return HM_OK;
+}
+
 hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  if (t->mma != HM_MMA_SYNC)
-    HM_FAIL(HM_UNSUPPORTED, "the W8A8 GEMM runs on mma.sync only (no wgmma kernel yet)");
+  if (t->mma == HM_MMA_WGMMA) return check_wgmma_tuning(cfg);
   if (t->bm == 8) HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: no swapped 8-row tile (bm=8)");
   if ((t->bk / 32) % t->warps_k != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: warps_k=%d must divide bk/32=%d", t->warps_k, t->bk / 32);
@@ -121,6 +140,10 @@ size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {
 }
 
 void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {
+  if (t->mma == HM_MMA_WGMMA) {
+    t->bk = 128; /* the selection's wgmma tiles are W8A8 ones already */
+    return;
+  }
   /* Taller warp grids first (warps that split K give theirs up), then wider ones. */
   while (units_per_warp(t) > MAX_UNITS_PER_WARP) {
     if (t->bm % (32 * t->warps_m) == 0 && 32 * t->warps_m * 2 * t->warps_n * t->warps_k <= 1024) {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The W8A8 mma.sync GEMM (kernels/gemm_w8a8_kernel.cuh): int8 x int8 with per-channel
- * weight scales, fp8 e4m3 x e4m3 with per-channel or 128x128 block weight scales, both
- * with per-token or 1x128 activation scales. Its configs are hm_gemm_configs whose act is
+ * The W8A8 GEMMs, mma.sync (kernels/gemm_w8a8_kernel.cuh) and wgmma on sm_90a
+ * (kernels/gemm_w8a8_wgmma.cuh): int8 x int8 with per-channel weight scales, fp8 e4m3 x
+ * e4m3 with per-channel or 128x128 block weight scales, both with per-token or 1x128
+ * activation scales. Their configs are hm_gemm_configs whose act is
  * 8-bit; the weight-only config code (gemm_config.c, gemm_gen.c, gemm_select.c) hands
  * them here for what differs: the layer's scale layout, legality, shared memory, kernel name.
  */
@@ -19,6 +20,8 @@ hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg);
 /* What the W8A8 kernel adds to the common tuning rules (gemm_config.c check_tuning). */
 hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg);
+/* Bytes of one wgmma pipeline stage before alignment (mirrors hm_w8wg_traits). */
+size_t hm_gemm_w8a8_wgmma_stage_bytes(const hm_gemm_config *cfg);
 /* Dynamic shared memory (mirrors hm_w8_traits::smem_bytes). */
 size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg);
 /* Reshapes a weight-only default tuning into a legal W8A8 one (warp grid, bk). */

@@ -1,18 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Legality and shared memory of wgmma configs (kernels/gemm_wgmma_traits.cuh). */
+/* Legality and shared memory of wgmma configs (kernels/gemm_wgmma_traits.cuh, and the W8A8 stage of
+ * kernels/gemm_w8a8_wgmma.cuh). */
 #include "kernels/gemm_config_wgmma.h"
 
 #include "check.h"
+#include "kernels/gemm_config_w8a8.h"
 
 bool hm_gemm_wgmma_takes(const hm_gemm_config *base) {
+  if (base->arch != 90) return false;
+  /* W8A8: fp8 x fp8 or int8 x int8 (gemm_w8a8_wgmma.cuh); the layer check names the rest. */
+  if (hm_gemm_is_w8a8(&base->layer)) return base->layer.weight == base->layer.act;
   const int bits = hm_gemm_weight_bits(base->layer.weight);
-  const bool act16 = base->layer.act == HM_F16 || base->layer.act == HM_BF16; /* no W8A8 wgmma kernel yet */
-  return base->arch == 90 && act16 && (bits == 4 || bits == 8 || bits == 16);
+  const bool act16 = base->layer.act == HM_F16 || base->layer.act == HM_BF16;
+  return act16 && (bits == 4 || bits == 8 || bits == 16);
 }
 
 int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t) {
   if (t->warps_m < 1 || t->warps_n < 4) return 0;
   return t->bn / (t->warps_n / 4) / 64 * (t->bm / t->warps_m / 2);
+}
+
+int hm_gemm_wgmma_sum_regs(const hm_gemm_config *cfg) {
+  const int acc = hm_gemm_wgmma_acc_regs(&cfg->tuning);
+  return hm_gemm_is_w8a8(&cfg->layer) ? 2 * acc : acc;
 }
 
 hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
@@ -21,7 +31,7 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
   const int bits = hm_gemm_weight_bits(cfg->layer.weight);
   if (cfg->arch != 90)
     HM_FAIL(HM_UNSUPPORTED, "the wgmma GEMM kernel is built for sm_90a only, not sm_%d", cfg->arch);
-  if (bits != 4 && bits != 8 && bits != 16)
+  if (!hm_gemm_is_w8a8(&cfg->layer) && bits != 4 && bits != 8 && bits != 16)
     HM_FAIL(HM_UNSUPPORTED, "the wgmma GEMM kernel takes 4-, 8- or 16-bit weights, not %s",
             hm_dtype_name(cfg->layer.weight));
   if (t->warps_k != 1 || t->warps_m < 1 || t->warps_n < 4 || t->warps_n % 4 != 0)
@@ -37,14 +47,16 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
     HM_FAIL(HM_INVALID_ARGUMENT,
             "wgmma tile bm=%d: each of %d warpgroups along m needs 32..256 rows, a multiple of 32", t->bm,
             t->warps_m);
-  if (hm_gemm_wgmma_acc_regs(t) > 128)
-    HM_FAIL(HM_INVALID_ARGUMENT, "wgmma tile %dx%d holds %d accumulators per thread (at most 128)", t->bm,
-            t->bn, hm_gemm_wgmma_acc_regs(t));
+  if (hm_gemm_wgmma_sum_regs(cfg) > 128)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "wgmma tile %dx%d holds %d accumulators (and W8A8 stage partial sums) per thread (at most 128)",
+            t->bm, t->bn, hm_gemm_wgmma_sum_regs(cfg));
   if (t->stages < 3) HM_FAIL(HM_INVALID_ARGUMENT, "wgmma kernels need stages >= 3, not %d", t->stages);
   return HM_OK;
 }
 
-size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
+/* Activation tile, weight units, scales and zero points of a stage (hm_wg_traits). */
+static size_t weight_only_stage_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t bits = (size_t)hm_gemm_weight_bits(cfg->layer.weight);
   const bool quant = bits < 16;
@@ -54,6 +66,12 @@ size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
   size_t stage = (size_t)t->bm * t->bk * 2 + bn_units * steps * 128 * bits;
   if (quant) stage += stage_groups * bn_units * 128;
   if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
+  return stage;
+}
+
+size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  size_t stage = hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_wgmma_stage_bytes(cfg) : weight_only_stage_bytes(cfg);
   stage = (stage + 1023) / 1024 * 1024;
   const size_t pipe = stage * (size_t)t->stages;
   const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);

@@ -8,7 +8,8 @@
 
 #include "kernels/gemm_config.h"
 
-/* Whether the wgmma kernel can serve base's layer: sm_90, 4-, 8- or 16-bit weights. */
+/* Whether a wgmma kernel can serve base's layer: sm_90, 4-, 8- or 16-bit weights with
+ * 16-bit activations, or W8A8 (fp8 x fp8, int8 x int8). */
 bool hm_gemm_wgmma_takes(const hm_gemm_config *base);
 /* The wgmma-specific rules of cfg (arch, weight format, warpgroup grid, tile, stages). */
 hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg);
@@ -16,5 +17,8 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg);
 size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg);
 /* Accumulators per thread of a wgmma tuning. */
 int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t);
+/* Registers a thread keeps sums in: the accumulators, and for W8A8 as many again (the
+ * stage partial sums, or int8's s32 sums of a segment beside their f32 results). */
+int hm_gemm_wgmma_sum_regs(const hm_gemm_config *cfg);
 
 #endif

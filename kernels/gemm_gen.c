@@ -55,7 +55,10 @@ static const kernel_body bodies[] = {
     [HM_MMA_SYNC] = {"gemm_kernel.cuh", "hm_gemm_traits", "hm_gemm_run"},
     [HM_MMA_WGMMA] = {"gemm_wgmma_kernel.cuh", "hm_wg_traits", "hm_wg_run"},
 };
-static const kernel_body w8a8_body = {"gemm_w8a8_kernel.cuh", "hm_w8_traits", "hm_w8_run"};
+static const kernel_body w8a8_bodies[] = {
+    [HM_MMA_SYNC] = {"gemm_w8a8_kernel.cuh", "hm_w8_traits", "hm_w8_run"},
+    [HM_MMA_WGMMA] = {"gemm_w8a8_wgmma.cuh", "hm_w8wg_traits", "hm_w8wg_run"},
+};
 
 /*
  * The constants only the W8A8 kernel reads. It sums raw 8-bit codes (no groups, no zero
@@ -76,7 +79,7 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const hm_gemm_tuning *t = &cfg->tuning;
   const bool w8a8 = hm_gemm_is_w8a8(l), wgmma = t->mma == HM_MMA_WGMMA;
-  const kernel_body *body = w8a8 ? &w8a8_body : &bodies[t->mma];
+  const kernel_body *body = w8a8 ? &w8a8_bodies[t->mma] : &bodies[t->mma];
   char extra[256] = "";
   if (w8a8) w8a8_constants(l, extra, sizeof(extra));
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));

@@ -15,14 +15,27 @@ struct hm_wg_place {
   hm_wg_src src;
 };
 
+// The mainloop a wgmma kernel body runs and the bytes before its row maps (pipeline or
+// staged output tile): the weight-only one by default; the W8A8 kernel brings its own
+// (gemm_w8a8_wgmma.cuh) and shares the rest of this file.
 template <class C>
+struct hm_wg_loop {
+  static constexpr int region_bytes = hm_wg_traits<C>::region_bytes;
+  __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                             unsigned char *smem, const int *a_row, const hm_wg_place &at,
+                                             hm_wg_acc_t<C> &acc) {
+    hm_wg_mainloop<C>(p, tile, kb, ke, smem, a_row, at.wm, at.wn, at.src, acc);
+  }
+};
+
+template <class C, class L>
 __device__ __forceinline__ void hm_wg_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const hm_gemm_smem_maps &maps,
                                               const hm_wg_place &at, hm_wg_acc_t<C> &acc) {
   __syncthreads();  // the previous segment is done with the row maps and shared memory
   hm_tile_rows<C, hm_wg_traits<C>>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
-  hm_wg_mainloop<C>(p, tile, kb, ke, smem, maps.a_row, at.wm, at.wn, at.src, acc);
+  L::run(p, tile, kb, ke, smem, maps.a_row, at, acc);
 }
 
 template <class C>
@@ -64,14 +77,14 @@ __device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_ti
   hm_wg_store<C>(p, tile, smem, maps, at, acc);
 }
 
-template <class C>
+template <class C, class L = hm_wg_loop<C>>
 __device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p) {
   using T = hm_wg_traits<C>;
   extern __shared__ __align__(1024) unsigned char hm_wg_smem[];
   // The swizzle is a function of address bits: align the tiles to its 1024-byte repeat.
   unsigned char *smem = hm_wg_smem + ((1024u - (hm_smem_addr(hm_wg_smem) & 1023u)) & 1023u);
   hm_gemm_smem_maps maps;
-  maps.a_row = (int *)(smem + T::region_bytes);
+  maps.a_row = (int *)(smem + L::region_bytes);
   maps.c_row = maps.a_row + C::bm;
   maps.row_scale = (float *)(maps.c_row + C::bm);
   maps.flag = (int *)(maps.row_scale + C::bm);
@@ -92,7 +105,7 @@ __device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p) {
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C, T>(p, t, maps.prefix);
     if (tile.skip) continue;
-    hm_wg_segment<C>(p, tile, 0, T::k_iters, smem, maps, at, acc);
+    hm_wg_segment<C, L>(p, tile, 0, T::k_iters, smem, maps, at, acc);
     hm_wg_store<C>(p, tile, smem, maps, at, acc);
   }
 
@@ -109,7 +122,7 @@ __device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p) {
     it += ke - kb;
     const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, maps.prefix);
     if (tile.skip) continue;
-    hm_wg_segment<C>(p, tile, kb, ke, smem, maps, at, acc);
+    hm_wg_segment<C, L>(p, tile, kb, ke, smem, maps, at, acc);
     if (kb == 0 && ke == T::k_iters)
       hm_wg_store<C>(p, tile, smem, maps, at, acc);
     else

@@ -6,9 +6,12 @@
  * activation scales; dense at M = 1, 7, 64, 333 and the three MoE layouts (indexed
  * gate-up gather and down with top-k weights, grouped-contiguous, grouped-masked) with an
  * expert that gets no tokens. C is poisoned first: every element the reference writes
- * must be written, no other.
+ * must be written, no other. On sm_90 the same cases run again with the wgmma kernel
+ * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes.
  */
 #include "gemm_moe_util.h"
+#include "kernels/gemm_gen.h"
+#include "layer_internal.h"
 
 static hm_engine *engine;
 
@@ -52,16 +55,36 @@ static const w8_case moe_cases[] = {
 };
 
 static const int64_t m_list[] = {1, 7, 64, 333};
+static const int64_t wgmma_m_list[] = {7, 333, 1027};
+
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+static const hm_gemm_tuning wgmma_shapes[] = {
+    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* 2 warpgroups along tokens, data-parallel */
+    {96, 128, 128, 1, 8, 1, 5, true, 2, 1, HM_MMA_WGMMA},  /* N = 96, short Stream-K pieces */
+    {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},   /* one warpgroup, 2 CTAs an SM */
+};
 
 /* Both sides sum the same quantized values; left are f32 sums in another order and output rounding. */
 static double tolerance(const w8_case *c) {
   return c->out == HM_BF16 ? 1.2e-2 : 5e-3;
 }
 
+/* One tuning compiled for a layer's GEMM type and bound to the layer's weights. */
+typedef struct w8_forced {
+  hm_gemm_config cfg;
+  hm_kernel *kernel;
+  hm_gemm_operands ops;
+  void *workspace;
+} w8_forced;
+
+/* forced[type], where set, runs instead of the layer's own kernel table. */
 typedef struct w8_layer {
   hm_layer *layer;
   hm_host_weights w;
   void *bias;
+  const w8_forced *forced[4];
 } w8_layer;
 
 static void w8_layer_make(hm_rng *rng, const w8_case *c, w8_layer *x) {
@@ -120,17 +143,22 @@ static void w8_act_free(w8_act *a) {
 
 /* The device copies of A and its scales, which gt_device_run_with (16-bit A) leaves to us. */
 typedef struct w8_forward_ctx {
-  hm_layer *layer;
+  const w8_layer *x;
   const void *a;
   const float *a_scale;
 } w8_forward_ctx;
 
 static void w8_forward(void *ctx, const hm_gemm_args *device_args) {
-  const w8_forward_ctx *x = ctx;
+  const w8_forward_ctx *c = ctx;
   hm_gemm_args args = *device_args;
-  args.a = x->a;
-  args.a_scale = x->a_scale;
-  HM_ASSERT_OK(hm_layer_forward(x->layer, &args, NULL));
+  args.a = c->a;
+  args.a_scale = c->a_scale;
+  const w8_forced *f = c->x->forced[args.type];
+  if (f == NULL) {
+    HM_ASSERT_OK(hm_layer_forward(c->x->layer, &args, NULL));
+    return;
+  }
+  HM_ASSERT_OK(hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops, &args, f->workspace, NULL));
 }
 
 /* Runs host_args (A = act) on the host reference and on the device; prints and checks rel_err. */
@@ -150,7 +178,7 @@ static bool w8_check(const w8_case *c, const w8_layer *x, hm_gemm_args host_args
                            .threads = 0};
   p.args.c = ref;
   HM_ASSERT_OK(hm_ref_gemm(&p));
-  w8_forward_ctx ctx = {x->layer, gt_upload(engine, act->q, (size_t)(act->rows * c->k)),
+  w8_forward_ctx ctx = {x, gt_upload(engine, act->q, (size_t)(act->rows * c->k)),
                         gt_upload(engine, act->scales, (size_t)(act->rows * act->scales_per_row) * 4)};
   hm_gemm_args device_host_args = host_args;
   device_host_args.a = NULL; /* w8_forward supplies A */
@@ -181,7 +209,8 @@ static bool w8_indexed(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t
   int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
   gt_route(rng, m, c->experts, ids);
   gt_indexed_meta meta;
-  const int block_m = hm_layer_block_m(x->layer, m * GT_TOP_K);
+  const w8_forced *f = x->forced[HM_GEMM_INDEXED];
+  const int block_m = f ? f->cfg.tuning.bm : hm_layer_block_m(x->layer, m * GT_TOP_K);
   gt_build_indexed(ids, m * GT_TOP_K, c->experts, block_m, &meta);
   const int64_t c_rows = m * GT_TOP_K;
   w8_act act;
@@ -297,12 +326,93 @@ static void moe_layouts_match_reference(void **state) {
   if (failed) fail_msg("%d MoE W8A8 cases out of bound", failed);
 }
 
+/* The layer's config of a GEMM type with tuning t, compiled and bound to its weights. */
+static void w8_forced_make(const w8_layer *x, hm_gemm_type type, const hm_gemm_tuning *t, w8_forced *f) {
+  memset(f, 0, sizeof(*f));
+  HM_ASSERT_OK(hm_layer_gemm_base(x->layer, type, &f->cfg));
+  f->cfg.tuning = *t;
+  HM_ASSERT_OK(hm_gemm_config_check(&f->cfg));
+  hm_gemm_source src;
+  HM_ASSERT_OK(hm_gemm_gen(&f->cfg, &src));
+  printf("# %s\n", src.name);
+  HM_ASSERT_OK(hm_kernel_get(engine, &src.src, &f->kernel));
+  hm_gemm_source_free(&src);
+  const hm_layer *l = x->layer;
+  f->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+  const size_t ws = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
+  if (ws > 0) {
+    HM_ASSERT_OK(hm_mem_alloc(engine, ws, &f->workspace));
+    HM_ASSERT_OK(hm_engine_memset(engine, f->workspace, 0, ws, NULL));
+  }
+}
+
+static void w8_forced_free(w8_forced *f) {
+  hm_mem_free(engine, f->workspace);
+}
+
+static bool wgmma_or_skip(void) {
+  if (engine->arch == 90) return true;
+  printf("SKIP: the W8A8 wgmma kernel needs sm_90a, device is sm_%d\n", engine->arch);
+  return false;
+}
+
+/* Tile shapes rotate over the cases, so that each layout and schedule runs. */
+static void wgmma_dense_matches_reference(void **state) {
+  (void)state;
+  if (!wgmma_or_skip()) skip();
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w8a8_wgmma_dense_matches_reference"));
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(dense_cases); i++) {
+    const w8_case *c = &dense_cases[i];
+    w8_layer x;
+    w8_layer_make(&rng, c, &x);
+    w8_forced f;
+    w8_forced_make(&x, HM_GEMM_DENSE, &wgmma_shapes[i % HM_ARRAY_SIZE(wgmma_shapes)], &f);
+    x.forced[HM_GEMM_DENSE] = &f;
+    for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++) failed += !w8_dense(&rng, c, &x, wgmma_m_list[j]);
+    w8_forced_free(&f);
+    w8_layer_free(&x);
+  }
+  if (failed) fail_msg("%d dense W8A8 wgmma cases out of bound", failed);
+}
+
+static void wgmma_moe_layouts_match_reference(void **state) {
+  (void)state;
+  if (!wgmma_or_skip()) skip();
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w8a8_wgmma_moe_layouts_match_reference"));
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(moe_cases); i++) {
+    const w8_case *c = &moe_cases[i];
+    w8_layer x;
+    w8_layer_make(&rng, c, &x);
+    w8_forced f[4];
+    for (int t = HM_GEMM_INDEXED; t <= HM_GEMM_GROUPED_MASKED; t++) {
+      w8_forced_make(&x, (hm_gemm_type)t, &wgmma_shapes[(i + (size_t)t) % HM_ARRAY_SIZE(wgmma_shapes)], &f[t]);
+      x.forced[t] = &f[t];
+    }
+    for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++) {
+      const int64_t m = wgmma_m_list[j];
+      failed += !w8_indexed(&rng, c, &x, m, false);
+      failed += !w8_indexed(&rng, c, &x, m, true);
+      failed += !w8_contiguous(&rng, c, &x, m);
+      failed += !w8_masked(&rng, c, &x, m);
+    }
+    for (int t = HM_GEMM_INDEXED; t <= HM_GEMM_GROUPED_MASKED; t++) w8_forced_free(&f[t]);
+    w8_layer_free(&x);
+  }
+  if (failed) fail_msg("%d MoE W8A8 wgmma cases out of bound", failed);
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_matches_reference),
       cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(wgmma_dense_matches_reference),
+      cmocka_unit_test(wgmma_moe_layouts_match_reference),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

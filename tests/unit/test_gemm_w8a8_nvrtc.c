@@ -3,8 +3,9 @@
  * Every W8A8 GEMM variant compiles with NVRTC for sm_89 and sm_90a: fp8 with 128x128
  * block or per-channel weight scales and int8 with per-channel ones, each with per-token
  * or 1x128 activation scales, f16/bf16 output, bias; every GEMM type (each plan entry of
- * one, the first entry of the others), batch invariance, and the transform kernels. Also
- * the plans' legality and the refusals of what no kernel takes.
+ * one, the first (mma.sync) and last (wgmma on sm_90a) entries of the others), batch
+ * invariance, and the transform kernels. Also the plans' legality and the refusals of
+ * what no kernel takes. tests/unit/test_gemm_wgmma_nvrtc.c compiles more wgmma tiles.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,8 +83,9 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
       for (int t = 0; t < 4; t++) {
         if ((t == HM_GEMM_DENSE) != (lc.experts == 1)) continue;
         const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
-        /* Each plan entry of the variant's own type; the decode entry of the others. */
+        /* Each plan entry of the variant's own type; the decode and large-M entries of the others. */
         for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) add_config(&b, &plan.cfg[j]);
+        if (t != (int)own) add_config(&b, &plan.cfg[plan.count - 1]);
       }
     }
     const hm_layer_config inv = layer_of(&variants[0], 1, true);
@@ -106,26 +108,35 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
   tg_compile_all(b.src, b.count, "W8A8 GEMM and transform");
 }
 
-/* Plans of every variant, type and arch are legal mma.sync configs without the 8-row tile. */
+/*
+ * Plans of every variant, type and arch are legal configs without the 8-row tile: on
+ * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128)
+ * above 32 rows per expert.
+ */
 static void plans_are_legal(void **state) {
   (void)state;
-  for (int inv = 0; inv < 2; inv++)
-    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++)
-      for (int t = 0; t < 4; t++) {
-        const hm_layer_config lc = layer_of(&variants[i], t == HM_GEMM_DENSE ? 1 : 8, inv);
-        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, 90);
-        assert_true(plan.count >= 1 && plan.m_hi[plan.count - 1] == INT64_MAX);
-        for (int j = 0; j < plan.count; j++) {
-          const hm_gemm_config *c = &plan.cfg[j];
-          HM_ASSERT_OK(hm_gemm_config_check(c));
-          assert_int_equal(c->tuning.mma, HM_MMA_SYNC);
-          assert_true(c->tuning.bm >= 16);
-          if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128)
-            assert_int_equal(128 % c->tuning.bk, 0);
-          if (inv) assert_false(c->tuning.stream_k);
+  const int archs[] = {89, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
+    for (int inv = 0; inv < 2; inv++)
+      for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++)
+        for (int t = 0; t < 4; t++) {
+          const int64_t experts = t == HM_GEMM_DENSE ? 1 : 8;
+          const hm_layer_config lc = layer_of(&variants[i], experts, inv);
+          const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+          assert_true(plan.count >= 1 && plan.m_hi[plan.count - 1] == INT64_MAX);
+          for (int j = 0; j < plan.count; j++) {
+            const hm_gemm_config *c = &plan.cfg[j];
+            const int64_t m_lo = j == 0 ? 0 : plan.m_hi[j - 1];
+            const bool wgmma = archs[a] == 90 && !inv && m_lo >= 32 * experts;
+            HM_ASSERT_OK(hm_gemm_config_check(c));
+            assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
+            assert_true(c->tuning.bm >= 16);
+            if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)
+              assert_int_equal(128 % c->tuning.bk, 0);
+            if (inv) assert_false(c->tuning.stream_k);
+          }
+          assert_true(plan.cfg[hm_gemm_plan_pick(&plan, experts * 4096)].tuning.bm >= 64);
         }
-        assert_true(plan.cfg[hm_gemm_plan_pick(&plan, 8 * 4096)].tuning.bm >= 64);
-      }
 }
 
 static void unsupported_configs_are_refused(void **state) {
@@ -154,9 +165,27 @@ static void unsupported_configs_are_refused(void **state) {
   bad.layer.weight = HM_I4; /* W4A8 */
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
   assert_non_null(strstr(hm_last_error(), "W4A8"));
+  /* The wgmma kernel: sm_90a only, bk 128, partial sums beside the accumulators. */
+  HM_ASSERT_OK(hm_gemm_select(&base, 4096, &c));
+  assert_int_equal(c.tuning.mma, HM_MMA_WGMMA);
   bad = c;
-  bad.tuning.mma = HM_MMA_WGMMA;
+  bad.arch = 89;
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "sm_89"));
+  bad = c;
+  bad.tuning.bk = 64;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "must be 128"));
+  bad = c;
+  bad.tuning.bm = 256; /* 64 columns x 256 tokens: 128 accumulators and 128 partial sums */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "partial sums"));
+  bad = c;
+  bad.tuning.bn = 256; /* 4 warpgroups of 64 columns: 128 registers a thread */
+  bad.tuning.warps_n = 16;
+  bad.tuning.stages = 4;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "warpgroups"));
   /* int8 per token: its s32 sums cover all of K, which must stay below overflow. */
   lc = layer_of(&variants[4], 1, false);
   lc.k = 262144;

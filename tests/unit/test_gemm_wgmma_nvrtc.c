@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The wgmma GEMM kernel (sm_90a) on the CPU: every weight format it takes (u4 with and
+ * The wgmma GEMM kernels (sm_90a) on the CPU: every weight format they take (u4 with and
  * without zero points, i4, u8, i8, f16, bf16; groups 32/64/128 and per channel; f16 and
- * bf16 activations and outputs, bias, global scale) and every GEMM type compile with
+ * bf16 activations and outputs, bias, global scale; W8A8 fp8 with block or per-channel
+ * scales and int8 per channel, per-token or 1x128 activation scales) and every GEMM type compile with
  * NVRTC, with launch metadata that matches the host's accounting and no wgmma
  * serialization reported by ptxas; configs it cannot run are refused by name; and the
  * default selection uses it on sm_90 for >= 33 rows per expert only where it applies.
@@ -46,6 +47,46 @@ static const hm_gemm_tuning shapes[] = {
     {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},  /* N = 32, 2 CTAs an SM */
 };
 
+/* W8A8 (gemm_w8a8_wgmma.cuh): fp8 with 128x128 block or per-channel weight scales, int8
+ * per channel; per-token or 1x128 activation scales. */
+typedef struct w8a8_format {
+  hm_dtype type; /* of weights and activations */
+  bool block;
+  hm_act_scale_kind act_scale;
+  hm_dtype out;
+  bool bias, global_scale;
+} w8a8_format;
+
+static const w8a8_format w8a8_formats[] = {
+    {HM_F8E4M3, true, HM_ACT_SCALE_GROUP128, HM_BF16, false, false},
+    {HM_F8E4M3, true, HM_ACT_SCALE_TOKEN, HM_F16, true, true},
+    {HM_F8E4M3, false, HM_ACT_SCALE_TOKEN, HM_BF16, true, false},
+    {HM_F8E4M3, false, HM_ACT_SCALE_GROUP128, HM_F16, false, false},
+    {HM_I8, false, HM_ACT_SCALE_TOKEN, HM_BF16, false, true},
+    {HM_I8, false, HM_ACT_SCALE_GROUP128, HM_F16, true, false},
+};
+
+/* bk is 128; at most 2 warpgroups of at most 64 accumulators, beside as many partial sums. */
+static const hm_gemm_tuning w8a8_shapes[] = {
+    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* 2 warpgroups along tokens, data-parallel */
+    {96, 128, 128, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* N = 96 */
+    {64, 64, 128, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA},   /* one warpgroup, 2 CTAs an SM */
+};
+
+static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
+  hm_gemm_config c;
+  memset(&c, 0, sizeof(c));
+  const int block = f->block ? 128 : 0;
+  c.layer = (hm_gemm_layer_part){f->type, f->type, f->out,  block, false, f->bias, f->global_scale, 4096 + 512,
+                                 7168,    type == HM_GEMM_DENSE ? 1 : 64, block, f->act_scale};
+  c.compute.type = type;
+  c.arch = 90;
+  c.tuning = *t;
+  return c;
+}
+
 static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
   hm_gemm_config c;
   memset(&c, 0, sizeof(c));
@@ -64,8 +105,8 @@ static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gem
 }
 
 typedef struct batch {
-  hm_gemm_config cfg[64];
-  hm_gemm_source src[64];
+  hm_gemm_config cfg[96];
+  hm_gemm_source src[96];
   int count;
 } batch;
 
@@ -105,6 +146,14 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     const hm_gemm_config c = config_of(&formats[0], (hm_gemm_type)t, &shapes[t]);
     add(&b, &c);
   }
+  /* W8A8: fp8 block, fp8 channel and int8 channel take every GEMM type; shapes rotate. */
+  for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
+    for (int t = 0; t < 4; t++) {
+      if (i % 2 == 1 && t % 2 == 1) continue; /* the other scale kind of the family covers it */
+      const hm_gemm_config c =
+          w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)t, &w8a8_shapes[(i + t) % HM_ARRAY_SIZE(w8a8_shapes)]);
+      add(&b, &c);
+    }
   hm_kernel_source srcs[HM_ARRAY_SIZE(b.cfg)];
   const hm_cubin *outs[HM_ARRAY_SIZE(b.cfg)];
   for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
@@ -215,6 +264,25 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       assert_int_equal(mid.tuning.mma, HM_MMA_WGMMA);
       assert_int_equal(large.tuning.mma, HM_MMA_WGMMA);
       assert_true(large.tuning.bm >= mid.tuning.bm);
+    }
+  /* W8A8 likewise, with bk 128 and 64 columns a warpgroup; sm_89 stays on mma.sync. */
+  for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
+    for (int type = 0; type < 4; type++) {
+      hm_gemm_config base = w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)type, &w8a8_shapes[0]);
+      memset(&base.tuning, 0, sizeof(base.tuning));
+      const int64_t experts = type == HM_GEMM_DENSE ? 1 : base.layer.experts;
+      hm_gemm_config small, mid, large;
+      HM_ASSERT_OK(hm_gemm_select(&base, 32 * experts, &small));
+      HM_ASSERT_OK(hm_gemm_select(&base, 64 * experts, &mid));
+      HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
+      assert_int_equal(small.tuning.mma, HM_MMA_SYNC);
+      assert_int_equal(mid.tuning.mma, HM_MMA_WGMMA);
+      assert_int_equal(large.tuning.mma, HM_MMA_WGMMA);
+      assert_int_equal(large.tuning.bk, 128);
+      assert_int_equal(large.tuning.bm, 128);
+      base.arch = 89;
+      HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
+      assert_int_equal(large.tuning.mma, HM_MMA_SYNC);
     }
   /* Formats it does not take, other archs and batch-invariant layers stay on mma.sync. */
   const format u3 = {HM_U3, 128, true, HM_BF16, HM_BF16, false, false};

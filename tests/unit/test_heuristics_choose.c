@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The analytic choice on every model preset, weight-only format and profile (h20,
- * h200, a100): every chosen config is legal and fits the profile, its predicted time is
- * never below the roofline, the M intervals cover all M, and the H20 and H200 choices
- * part where the cost model says they should.
+ * The analytic choice on every model preset, format (weight-only and W8A8) and profile
+ * (h20, h200, a100): every chosen config is legal and fits the profile, its predicted time
+ * is never below the roofline, the M intervals cover all M, the H20 and H200 choices
+ * part where the cost model says they should, and W8A8 on the H200 moves from mma.sync
+ * at decode to the wgmma kernel at thousands of rows per expert.
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "heuristics/roofline.h"
 #include "hm_test.h"
 
-static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16"};
+static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16", "w8a8-fp8", "w8a8-int8"};
 static const char *const profiles[] = {"h20", "h200", "a100"};
 
 static int types_of(const hm_layer_config *lc, hm_gemm_type out[3]) {
@@ -208,6 +209,25 @@ static void bad_ranges_are_refused(void **state) {
   assert_int_equal(hm_choose_config(&lc, HM_GEMM_DENSE, &p, -1, 16, &cfg, NULL), HM_INVALID_ARGUMENT);
 }
 
+/* DeepSeek-V3's experts' gate_up in W8A8, grouped-contiguous, on the H200. */
+static void w8a8_moves_to_wgmma_with_rows_per_expert(void **state) {
+  (void)state;
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
+  const char *const w8a8[] = {"w8a8-fp8", "w8a8-int8"};
+  for (size_t q = 0; q < HM_ARRAY_SIZE(w8a8); q++) {
+    const hm_layer_config lc = layer(w8a8[q], 4096, 7168, 256);
+    hm_gemm_plan plan;
+    HM_ASSERT_OK(hm_choose_plan(&lc, HM_GEMM_GROUPED_CONTIGUOUS, &p, &plan));
+    const hm_gemm_tuning *decode = &plan.cfg[hm_gemm_plan_pick(&plan, 256)].tuning;
+    const hm_gemm_tuning *prefill = &plan.cfg[hm_gemm_plan_pick(&plan, 4096 * 256)].tuning;
+    assert_int_equal(decode->mma, HM_MMA_SYNC);
+    assert_int_equal(prefill->mma, HM_MMA_WGMMA);
+    assert_int_equal(prefill->bk, 128);
+    assert_true(prefill->bm >= 128);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_preset_quant_profile_is_legal),
@@ -215,6 +235,7 @@ int main(void) {
       cmocka_unit_test(moe_block_m_follows_rows_per_expert),
       cmocka_unit_test(h20_and_h200_part_where_the_model_says),
       cmocka_unit_test(bad_ranges_are_refused),
+      cmocka_unit_test(w8a8_moves_to_wgmma_with_rows_per_expert),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The heuristics' choices compile: for every model preset, weight-only format (w4a16,
- * w4a16-sym, w8a16, bf16), profile (h20, h200, a100: sm_90 or sm_90a where a variant
+ * The heuristics' choices compile: for every model preset, format (weight-only w4a16,
+ * w4a16-sym, w8a16, bf16; W8A8 fp8 with 128x128 blocks, int8 per channel), profile (h20, h200, a100: sm_90 or sm_90a where a variant
  * needs it, sm_80) and GEMM (experts' gate_up and down in the three MoE layouts, shared
  * and dense MLP layers as dense), the kernel table is generated and compiled with NVRTC.
  *
@@ -24,7 +24,7 @@
 #define MAX_KERNELS 1024
 #define MAX_FACETS 4096
 
-static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16"};
+static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16", "w8a8-fp8", "w8a8-int8"};
 static const char *const profiles[] = {"h20", "h200", "a100"};
 
 typedef struct batch {

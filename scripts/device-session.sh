@@ -57,7 +57,7 @@ if has kernels; then
     --json "$LOGS/kernel-dense.json"
   for g in ${KERNEL_MOE-gate_up down}; do
     step "kernel-moe-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
-      --m 1,4,16,64,256,1024,4096,8192 --baseline torch --json "$LOGS/kernel-moe-$g.json"
+      --m "${MOE_M:-1,4,16,64,256,1024,4096,8192}" --baseline torch --json "$LOGS/kernel-moe-$g.json"
   done
 fi
 

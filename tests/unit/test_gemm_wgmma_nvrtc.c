@@ -250,19 +250,26 @@ static hm_gemm_config base_of(const format *f, hm_gemm_type type, int arch, bool
   return c;
 }
 
+/* The fixed table at 32, 64 and 4096 rows per expert: mma.sync, then wgmma twice. */
+static void expect_wgmma_from_64_rows(const hm_gemm_config *base, hm_gemm_type type, hm_gemm_config *mid,
+                                      hm_gemm_config *large) {
+  const int64_t experts = type == HM_GEMM_DENSE ? 1 : base->layer.experts;
+  hm_gemm_config small;
+  HM_ASSERT_OK(hm_gemm_select(base, 32 * experts, &small));
+  HM_ASSERT_OK(hm_gemm_select(base, 64 * experts, mid));
+  HM_ASSERT_OK(hm_gemm_select(base, 4096 * experts, large));
+  assert_int_equal(small.tuning.mma, HM_MMA_SYNC);
+  assert_int_equal(mid->tuning.mma, HM_MMA_WGMMA);
+  assert_int_equal(large->tuning.mma, HM_MMA_WGMMA);
+}
+
 static void selection_uses_wgmma_where_it_applies(void **state) {
   (void)state;
+  hm_gemm_config mid, large;
   for (size_t i = 0; i < HM_ARRAY_SIZE(formats); i++)
     for (int type = 0; type < 4; type++) {
       const hm_gemm_config base = base_of(&formats[i], (hm_gemm_type)type, 90, false);
-      const int64_t experts = type == HM_GEMM_DENSE ? 1 : base.layer.experts;
-      hm_gemm_config small, mid, large;
-      HM_ASSERT_OK(hm_gemm_select(&base, 32 * experts, &small));
-      HM_ASSERT_OK(hm_gemm_select(&base, 64 * experts, &mid));
-      HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
-      assert_int_equal(small.tuning.mma, HM_MMA_SYNC);
-      assert_int_equal(mid.tuning.mma, HM_MMA_WGMMA);
-      assert_int_equal(large.tuning.mma, HM_MMA_WGMMA);
+      expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_true(large.tuning.bm >= mid.tuning.bm);
     }
   /* W8A8 likewise, with bk 128 and 64 columns a warpgroup; sm_89 stays on mma.sync. */
@@ -271,13 +278,7 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       hm_gemm_config base = w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)type, &w8a8_shapes[0]);
       memset(&base.tuning, 0, sizeof(base.tuning));
       const int64_t experts = type == HM_GEMM_DENSE ? 1 : base.layer.experts;
-      hm_gemm_config small, mid, large;
-      HM_ASSERT_OK(hm_gemm_select(&base, 32 * experts, &small));
-      HM_ASSERT_OK(hm_gemm_select(&base, 64 * experts, &mid));
-      HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
-      assert_int_equal(small.tuning.mma, HM_MMA_SYNC);
-      assert_int_equal(mid.tuning.mma, HM_MMA_WGMMA);
-      assert_int_equal(large.tuning.mma, HM_MMA_WGMMA);
+      expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_int_equal(large.tuning.bk, 128);
       assert_int_equal(large.tuning.bm, 128);
       base.arch = 89;

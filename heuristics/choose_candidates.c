@@ -54,7 +54,8 @@ static bool wgmma_grid_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   hm_gemm_config cfg = *base;
   cfg.tuning = *t;
   const int rows = t->bm / t->warps_m;
-  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 || hm_gemm_wgmma_sum_regs(&cfg) > 128) return false;
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 || hm_gemm_wgmma_sum_regs(&cfg) > 128)
+    return false;
   return t->stages >= 3 && t->bm <= 32 * t->warps_m * t->warps_n;
 }
 
@@ -80,8 +81,9 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
     return false;
   const int threads = hm_gemm_config_threads(cfg);
   if (threads * t->ctas_per_sm > MAX_THREADS_PER_SM) return false;
-  const int acc_regs = t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_sum_regs(cfg)
-                                              : (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
+  const int acc_regs = t->mma == HM_MMA_WGMMA
+                           ? hm_gemm_wgmma_sum_regs(cfg)
+                           : (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
   return (BASE_REGS_PER_THREAD + acc_regs) * threads * t->ctas_per_sm <= REGS_PER_SM;
 }
 

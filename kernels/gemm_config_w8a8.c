@@ -99,7 +99,8 @@ static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   if (t->bk != 128)
     HM_FAIL(HM_INVALID_ARGUMENT,
-            "W8A8 wgmma GEMM: bk=%d must be 128 (a 128-byte swizzle row of tokens, one K scale block)", t->bk);
+            "W8A8 wgmma GEMM: bk=%d must be 128 (a 128-byte swizzle row of tokens, one K scale block)",
+            t->bk);
   /* A thread holds up to 128 sums, 16 A fragment registers and its addresses and scales:
    * more than 2 warpgroups leave it 128 registers, and ptxas spills. */
   if (t->warps_m * (t->warps_n / 4) > 2)

@@ -71,7 +71,8 @@ static size_t weight_only_stage_bytes(const hm_gemm_config *cfg) {
 
 size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  size_t stage = hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_wgmma_stage_bytes(cfg) : weight_only_stage_bytes(cfg);
+  size_t stage =
+      hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_wgmma_stage_bytes(cfg) : weight_only_stage_bytes(cfg);
   stage = (stage + 1023) / 1024 * 1024;
   const size_t pipe = stage * (size_t)t->stages;
   const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "heuristics/roofline.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
-#include "heuristics/roofline.h"
 
 /* Upper ends of the rows-per-expert classes; the last class is open. */
 static const int64_t row_classes[] = {16, 32, 64};

@@ -168,9 +168,10 @@ static const hm_gemm_tuning decode_tunings[] = {
     {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC}, /* the 16-row decode tile */
     {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},  /* swapped operands, same shape (the default) */
     {8, 256, 128, 1, 4, 2, 4, true, 4, 2, HM_MMA_SYNC},  /* the default, two CTAs an SM (<= 128 registers) */
-    {8, 256, 256, 1, 4, 4, 4, true, 2, 1, HM_MMA_SYNC},  /* swapped, bk 256: half the barriers per weight byte */
-    {8, 128, 128, 1, 1, 2, 6, true, 4, 2, HM_MMA_SYNC},  /* swapped, two units a warp, two CTAs an SM */
-    {8, 256, 128, 1, 4, 1, 6, true, 4, 2, HM_MMA_SYNC},  /* swapped, no k split, two CTAs an SM */
+    {8, 256, 256, 1, 4, 4, 4, true, 2, 1,
+     HM_MMA_SYNC}, /* swapped, bk 256: half the barriers per weight byte */
+    {8, 128, 128, 1, 1, 2, 6, true, 4, 2, HM_MMA_SYNC}, /* swapped, two units a warp, two CTAs an SM */
+    {8, 256, 128, 1, 4, 1, 6, true, 4, 2, HM_MMA_SYNC}, /* swapped, no k split, two CTAs an SM */
 };
 #define DECODE_TUNINGS ((int)HM_ARRAY_SIZE(decode_tunings))
 

@@ -370,7 +370,8 @@ static void wgmma_dense_matches_reference(void **state) {
     w8_forced f;
     w8_forced_make(&x, HM_GEMM_DENSE, &wgmma_shapes[i % HM_ARRAY_SIZE(wgmma_shapes)], &f);
     x.forced[HM_GEMM_DENSE] = &f;
-    for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++) failed += !w8_dense(&rng, c, &x, wgmma_m_list[j]);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++)
+      failed += !w8_dense(&rng, c, &x, wgmma_m_list[j]);
     w8_forced_free(&f);
     w8_layer_free(&x);
   }
@@ -389,7 +390,8 @@ static void wgmma_moe_layouts_match_reference(void **state) {
     w8_layer_make(&rng, c, &x);
     w8_forced f[4];
     for (int t = HM_GEMM_INDEXED; t <= HM_GEMM_GROUPED_MASKED; t++) {
-      w8_forced_make(&x, (hm_gemm_type)t, &wgmma_shapes[(i + (size_t)t) % HM_ARRAY_SIZE(wgmma_shapes)], &f[t]);
+      w8_forced_make(&x, (hm_gemm_type)t, &wgmma_shapes[(i + (size_t)t) % HM_ARRAY_SIZE(wgmma_shapes)],
+                     &f[t]);
       x.forced[t] = &f[t];
     }
     for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++) {

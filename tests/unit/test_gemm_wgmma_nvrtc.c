@@ -79,8 +79,9 @@ static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, co
   hm_gemm_config c;
   memset(&c, 0, sizeof(c));
   const int block = f->block ? 128 : 0;
-  c.layer = (hm_gemm_layer_part){f->type, f->type, f->out,  block, false, f->bias, f->global_scale, 4096 + 512,
-                                 7168,    type == HM_GEMM_DENSE ? 1 : 64, block, f->act_scale};
+  c.layer = (hm_gemm_layer_part){f->type, f->type,         f->out,     block, false,
+                                 f->bias, f->global_scale, 4096 + 512, 7168,  type == HM_GEMM_DENSE ? 1 : 64,
+                                 block,   f->act_scale};
   c.compute.type = type;
   c.arch = 90;
   c.tuning = *t;
@@ -150,8 +151,8 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
   for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
     for (int t = 0; t < 4; t++) {
       if (i % 2 == 1 && t % 2 == 1) continue; /* the other scale kind of the family covers it */
-      const hm_gemm_config c =
-          w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)t, &w8a8_shapes[(i + t) % HM_ARRAY_SIZE(w8a8_shapes)]);
+      const hm_gemm_config c = w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)t,
+                                              &w8a8_shapes[(i + t) % HM_ARRAY_SIZE(w8a8_shapes)]);
       add(&b, &c);
     }
   hm_kernel_source srcs[HM_ARRAY_SIZE(b.cfg)];

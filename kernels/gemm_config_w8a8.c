@@ -10,6 +10,10 @@
 #define INT8_MAX_K 131072
 /* Accumulators and stage partial sums each take mi*nu*32 registers a thread. */
 #define MAX_UNITS_PER_WARP 2
+/* The fixed table's tiles stay within 256 threads: 512 leave 128 registers a thread, and
+ * two units' sums spill (ptxas 13.0, sm_89, bm128 bn256 warps 4x4, fp8 block scales: 532
+ * bytes; bm128 bn128 warps 4x2: none, 232 registers). */
+#define FIT_THREADS 256
 
 bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l) {
   return l->act == HM_F8E4M3 || l->act == HM_I8;
@@ -145,13 +149,20 @@ void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {
     t->bk = 128; /* the selection's wgmma tiles are W8A8 ones already */
     return;
   }
-  /* Taller warp grids first (warps that split K give theirs up), then wider ones. */
+  /* Taller warp grids first (warps that split K give theirs up), then wider ones, up to
+   * FIT_THREADS; past that the tile trades columns for rows of warps. */
   while (units_per_warp(t) > MAX_UNITS_PER_WARP) {
-    if (t->bm % (32 * t->warps_m) == 0 && 32 * t->warps_m * 2 * t->warps_n * t->warps_k <= 1024) {
+    const int threads = 32 * t->warps_m * t->warps_n * t->warps_k;
+    const bool taller = t->bm % (32 * t->warps_m) == 0;
+    if (taller && (t->warps_k > 1 || 2 * threads <= FIT_THREADS)) {
       t->warps_m *= 2;
       if (t->warps_k > 1) t->warps_k /= 2;
-    } else if (t->bn % (128 * t->warps_n) == 0) {
+    } else if (t->bn % (128 * t->warps_n) == 0 && 2 * threads <= FIT_THREADS) {
       t->warps_n *= 2;
+    } else if (taller && t->warps_n % 2 == 0) {
+      t->bn /= 2;
+      t->warps_n /= 2;
+      t->warps_m *= 2;
     } else {
       break; /* the check says why */
     }

@@ -81,8 +81,7 @@ __device__ __forceinline__ hm_u32 hm_dq_pair(const hm_u32 (&w)[C::bits], int ps,
   using T = hm_gemm_traits<C>;
   using D = hm_dq<T::bf16, C::bits>;
   if constexpr (!T::quant) return hm_pair_codes<C::bits>(w, ps);
-  if constexpr (D::via_f32) return D::apply(hm_pair_codes<C::bits>(w, ps), g.z2[ps >> 1], g.s2[ps >> 1]);
-  return D::apply_biased(D::biased(w, ps), g.z2[ps >> 1], g.s2[ps >> 1]);
+  return D::apply(D::pair(w, ps), g.z2[ps >> 1], g.s2[ps >> 1]);
 }
 
 // Whether k16 step ss (of the warp's wk_steps) starts a scale group for this warp: a warp's

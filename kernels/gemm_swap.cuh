@@ -40,7 +40,7 @@ __device__ __forceinline__ void hm_swap_unit_mma(const unsigned char *st, int un
 
 /*
  * Late scale (hm_gemm_traits::late_scale): the A operand is the codes as magic + q
- * (hm_dq::biased: a shift and one lop3 a pair instead of also a subtract and a multiply),
+ * (hm_dq::pair: a shift and one lop3 a pair instead of also a subtract and a multiply),
  * summed into partials acc[4 + J] (C^T, slots unused until the layout change) over each
  * run of a warp's k16 steps within one scale group. At the end of a run every partial
  * folds into its accumulator, acc += s (part - (magic + z) sa) (hm_swap_fold_one), with
@@ -85,7 +85,7 @@ __device__ __forceinline__ void hm_swap_unit_mma_biased(const unsigned char *st,
   for (int J = 0; J < 4; ++J) {
     hm_u32 a[4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[r] = D::biased(w, hm_swap_a_slot(J, r));
+    for (int r = 0; r < 4; ++r) a[r] = D::pair(w, hm_swap_a_slot(J, r));
     float(&part)[4] = acc[4 + J];
     if (first)
 #pragma unroll

@@ -118,20 +118,17 @@ __device__ __forceinline__ void hm_wg_fragment(const unsigned char *st, int unit
     words[0] = *w;
   }
   using D = hm_dq<T::bf16, C::bits>;
-  constexpr bool biased = T::quant && !D::via_f32;  // codes | magic, the exact operand of apply_biased
   hm_u32 codes[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const hm_u32 x = words[i / per_word] >> ((i % per_word) * C::bits);
-    codes[i] = biased ? hm_and_or(x, L::mask2, D::magic2) : x & L::mask2;
+    if constexpr (T::quant)
+      codes[i] = D::operand(x);
+    else
+      codes[i] = x & L::mask2;
   }
   if constexpr (!T::quant) {
     a[0] = codes[0], a[1] = codes[2], a[2] = codes[1], a[3] = codes[3];
-  } else if constexpr (biased) {
-    a[0] = D::apply_biased(codes[0], g.z2[0], g.s2[0]);
-    a[1] = D::apply_biased(codes[2], g.z2[1], g.s2[1]);
-    a[2] = D::apply_biased(codes[1], g.z2[0], g.s2[0]);
-    a[3] = D::apply_biased(codes[3], g.z2[1], g.s2[1]);
   } else {
     a[0] = D::apply(codes[0], g.z2[0], g.s2[0]);
     a[1] = D::apply(codes[2], g.z2[1], g.s2[1]);

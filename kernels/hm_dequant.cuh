@@ -105,30 +105,33 @@ struct hm_dq {
     return (z | magic) * 0x10001u;
   }
 
-  // magic + the codes of pair slot ps, both halves: the exact values the late-scale step
-  // multiplies (gemm_swap.cuh) and apply_biased dequantizes.
-  __device__ static __forceinline__ hm_u32 biased(const hm_u32 (&w)[B], int ps) {
+  // What apply takes, from a pair shifted down to bit 0 (bits above it not yet masked):
+  // magic + codes (one lop3) where the codes fit the mantissa, else the bare codes.
+  __device__ static __forceinline__ hm_u32 operand(hm_u32 x) {
+    if constexpr (via_f32) return x & hm_wlayout<B>::mask2;
+    return hm_and_or(x, hm_wlayout<B>::mask2, magic2);
+  }
+
+  // The operand of pair slot ps of a lane's words. Outside via_f32 it is magic + codes,
+  // both halves: the exact values the late-scale step multiplies (gemm_swap.cuh).
+  __device__ static __forceinline__ hm_u32 pair(const hm_u32 (&w)[B], int ps) {
     using L = hm_wlayout<B>;
-    if (ps >= L::regular) return hm_pair_codes<B>(w, ps) | magic2;
-    return hm_and_or(w[ps / L::per_word] >> ((ps % L::per_word) * B), L::mask2, magic2);
+    if (ps >= L::regular) return via_f32 ? hm_pair_codes<B>(w, ps) : hm_pair_codes<B>(w, ps) | magic2;
+    return operand(w[ps / L::per_word] >> ((ps % L::per_word) * B));
   }
   static constexpr float magic_value = BF16 ? 128.0f : 1024.0f;
   static constexpr hm_u32 one2 = BF16 ? 0x3f803f80u : 0x3c003c00u;  // (1.0, 1.0)
 
-  // (biased - zero) * scale, both halves, for biased = magic + codes (not via f32).
-  __device__ static __forceinline__ hm_u32 apply_biased(hm_u32 biased, hm_u32 z, hm_u32 s2) {
-    return hm_h2_mul<BF16>(hm_h2_sub<BF16>(biased, z), s2);
-  }
-
-  // (codes - zero) * scale, both halves; s2 holds the column's scale in both halves.
-  __device__ static __forceinline__ hm_u32 apply(hm_u32 codes, hm_u32 z, hm_u32 s2) {
+  // (codes - zero) * scale, both halves, from operand or pair; s2 holds the column's scale
+  // in both halves.
+  __device__ static __forceinline__ hm_u32 apply(hm_u32 op, hm_u32 z, hm_u32 s2) {
     if constexpr (via_f32) {
       const float zf = __uint_as_float(0x4b000000u | z);
-      const float lo = __uint_as_float(0x4b000000u | (codes & 0xffu)) - zf;
-      const float hi = __uint_as_float(0x4b000000u | (codes >> 16)) - zf;
+      const float lo = __uint_as_float(0x4b000000u | (op & 0xffu)) - zf;
+      const float hi = __uint_as_float(0x4b000000u | (op >> 16)) - zf;
       return hm_h2_mul<true>(hm_h2_from_f32<true>(lo, hi), s2);
     } else {
-      return apply_biased(codes | magic2, z, s2);
+      return hm_h2_mul<BF16>(hm_h2_sub<BF16>(op, z), s2);
     }
   }
 };

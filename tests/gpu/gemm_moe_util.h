@@ -58,6 +58,57 @@ static inline void gt_build_indexed(const int32_t *ids, int64_t slots, int64_t e
   x->num_padded = (int32_t)p;
 }
 
+/* Top-k weights of `rows` output rows, uniform in [0, 1). */
+static inline float *gt_topk_weights(hm_rng *rng, int64_t rows) {
+  float *w = gt_alloc((size_t)rows * 4);
+  hm_rng_fill_uniform(rng, w, (size_t)rows, 0.0f, 1.0f);
+  return w;
+}
+
+/* An indexed GEMM over metadata x, A left to the caller: gate-up gathers token rows, down
+ * reads slot rows, scaled by topk_w when given. */
+static inline hm_gemm_args gt_indexed_args(const gt_indexed_meta *x, int64_t m, int block_m, int top_k,
+                                           bool down, const float *topk_w) {
+  return (hm_gemm_args){.type = HM_GEMM_INDEXED,
+                        .m = m,
+                        .sorted_ids = x->sorted_ids,
+                        .expert_ids = x->expert_ids,
+                        .num_padded = &x->num_padded,
+                        .max_padded = x->max_padded,
+                        .block_m = block_m,
+                        .top_k = top_k,
+                        .a_rows_per_token = down ? 1 : top_k,
+                        .topk_weights = topk_w};
+}
+
+/* Per-expert counts of the slots' ids and segment starts in expert order, each segment
+ * padded by 0..5 unused rows; returns the rows in all. */
+static inline int64_t gt_contiguous_segments(hm_rng *rng, const int32_t *ids, int64_t slots, int64_t experts,
+                                             int32_t **off, int32_t **cnt) {
+  *off = gt_alloc((size_t)(experts + 1) * 4);
+  *cnt = gt_alloc((size_t)experts * 4);
+  int64_t rows = 0;
+  for (int64_t e = 0; e < experts; e++) {
+    for (int64_t s = 0; s < slots; s++) (*cnt)[e] += ids[s] == e;
+    (*off)[e] = (int32_t)rows;
+    rows += (*cnt)[e] + (int64_t)(hm_rng_next(rng) % 6);
+  }
+  (*off)[experts] = (int32_t)rows;
+  return rows;
+}
+
+/* Per-expert counts of the slots' ids; returns max_m, the largest count and 3 rows past
+ * it that stay unwritten. */
+static inline int64_t gt_masked_counts(const int32_t *ids, int64_t slots, int64_t experts, int32_t **cnt) {
+  *cnt = gt_alloc((size_t)experts * 4);
+  int64_t max_m = 1;
+  for (int64_t e = 0; e < experts; e++) {
+    for (int64_t s = 0; s < slots; s++) (*cnt)[e] += ids[s] == e;
+    if ((*cnt)[e] > max_m) max_m = (*cnt)[e];
+  }
+  return max_m + 3;
+}
+
 static inline bool gt_moe_check(const gt_case *c, const char *layout, int64_t m, const void *out,
                                 const void *ref, int64_t rows) {
   char what[160];
@@ -77,22 +128,9 @@ static inline bool gt_moe_indexed(const gt_moe_runner *r, hm_rng *rng, const gt_
   gt_build_indexed(ids, m * GT_TOP_K, c->experts, block_m, &x);
   const int64_t a_rows = down ? m * GT_TOP_K : m, c_rows = m * GT_TOP_K;
   void *a = gt_random(rng, c->act, a_rows * c->k, 1.0f);
-  float *topk_w = NULL;
-  if (down) {
-    topk_w = gt_alloc((size_t)c_rows * 4);
-    hm_rng_fill_uniform(rng, topk_w, (size_t)c_rows, 0.0f, 1.0f);
-  }
-  hm_gemm_args args = {.type = HM_GEMM_INDEXED,
-                       .m = m,
-                       .a = a,
-                       .sorted_ids = x.sorted_ids,
-                       .expert_ids = x.expert_ids,
-                       .num_padded = &x.num_padded,
-                       .max_padded = x.max_padded,
-                       .block_m = block_m,
-                       .top_k = GT_TOP_K,
-                       .a_rows_per_token = down ? 1 : GT_TOP_K,
-                       .topk_weights = topk_w};
+  float *topk_w = down ? gt_topk_weights(rng, c_rows) : NULL;
+  hm_gemm_args args = gt_indexed_args(&x, m, block_m, GT_TOP_K, down, topk_w);
+  args.a = a;
   void *out = gt_alloc((size_t)(c_rows * c->n) * 2), *ref = gt_alloc((size_t)(c_rows * c->n) * 2);
   gt_reference(c, d, &args, c_rows, ref);
   gt_device_run_with(r->engine, r->fn, r->ctx, &args, a_rows, c->k, c_rows, c->n, c->experts, out);
@@ -106,14 +144,8 @@ static inline bool gt_moe_contiguous(const gt_moe_runner *r, hm_rng *rng, const 
                                      const gt_layer_data *d, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
   gt_route(rng, m, c->experts, ids);
-  int32_t *off = gt_alloc((size_t)(c->experts + 1) * 4), *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t rows = 0;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * GT_TOP_K; s++) cnt[e] += ids[s] == e;
-    off[e] = (int32_t)rows;
-    rows += cnt[e] + (int64_t)(hm_rng_next(rng) % 6);
-  }
-  off[c->experts] = (int32_t)rows;
+  int32_t *off, *cnt;
+  const int64_t rows = gt_contiguous_segments(rng, ids, m * GT_TOP_K, c->experts, &off, &cnt);
   void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
   hm_gemm_args args = {
       .type = HM_GEMM_GROUPED_CONTIGUOUS, .m = rows, .a = a, .expert_offsets = off, .expert_counts = cnt};
@@ -129,13 +161,8 @@ static inline bool gt_moe_masked(const gt_moe_runner *r, hm_rng *rng, const gt_c
                                  const gt_layer_data *d, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
   gt_route(rng, m, c->experts, ids);
-  int32_t *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t max_m = 1;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * GT_TOP_K; s++) cnt[e] += ids[s] == e;
-    if (cnt[e] > max_m) max_m = cnt[e];
-  }
-  max_m += 3; /* rows past a count stay unwritten */
+  int32_t *cnt;
+  const int64_t max_m = gt_masked_counts(ids, m * GT_TOP_K, c->experts, &cnt);
   const int64_t rows = c->experts * max_m;
   void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
   hm_gemm_args args = {.type = HM_GEMM_GROUPED_MASKED, .m = max_m, .a = a, .expert_counts = cnt};

@@ -218,22 +218,9 @@ static bool run_indexed(hm_rng *rng, const gt_case *c, const gt_layer_data *d, f
   gt_build_indexed(ids, m * top_k, c->experts, block_m, &x);
   const int64_t a_rows = down ? m * top_k : m, c_rows = m * top_k;
   void *a = gt_random(rng, c->act, a_rows * c->k, 1.0f);
-  float *topk_w = NULL;
-  if (down) {
-    topk_w = gt_alloc((size_t)c_rows * 4);
-    hm_rng_fill_uniform(rng, topk_w, (size_t)c_rows, 0.0f, 1.0f);
-  }
-  const hm_gemm_args args = {.type = HM_GEMM_INDEXED,
-                             .m = m,
-                             .a = a,
-                             .sorted_ids = x.sorted_ids,
-                             .expert_ids = x.expert_ids,
-                             .num_padded = &x.num_padded,
-                             .max_padded = x.max_padded,
-                             .block_m = block_m,
-                             .top_k = top_k,
-                             .a_rows_per_token = down ? 1 : top_k,
-                             .topk_weights = topk_w};
+  float *topk_w = down ? gt_topk_weights(rng, c_rows) : NULL;
+  hm_gemm_args args = gt_indexed_args(&x, m, block_m, top_k, down, topk_w);
+  args.a = a;
   char layout[64];
   snprintf(layout, sizeof(layout), "indexed-%s top_k=%d block_m=%d", down ? "down" : "gate_up", top_k,
            block_m);
@@ -246,14 +233,8 @@ static bool run_indexed(hm_rng *rng, const gt_case *c, const gt_layer_data *d, f
 static bool run_contiguous(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * 2) * 4);
   route(rng, m, c->experts, 2, ids);
-  int32_t *off = gt_alloc((size_t)(c->experts + 1) * 4), *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t rows = 0;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * 2; s++) cnt[e] += ids[s] == e;
-    off[e] = (int32_t)rows;
-    rows += cnt[e] + (int64_t)(hm_rng_next(rng) % 6);
-  }
-  off[c->experts] = (int32_t)rows;
+  int32_t *off, *cnt;
+  const int64_t rows = gt_contiguous_segments(rng, ids, m * 2, c->experts, &off, &cnt);
   void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
   const hm_gemm_args args = {
       .type = HM_GEMM_GROUPED_CONTIGUOUS, .m = rows, .a = a, .expert_offsets = off, .expert_counts = cnt};
@@ -266,13 +247,8 @@ static bool run_contiguous(hm_rng *rng, const gt_case *c, const gt_layer_data *d
 static bool run_masked(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * 2) * 4);
   route(rng, m, c->experts, 2, ids);
-  int32_t *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t max_m = 1;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * 2; s++) cnt[e] += ids[s] == e;
-    if (cnt[e] > max_m) max_m = cnt[e];
-  }
-  max_m += 3;
+  int32_t *cnt;
+  const int64_t max_m = gt_masked_counts(ids, m * 2, c->experts, &cnt);
   const int64_t rows = c->experts * max_m;
   void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
   const hm_gemm_args args = {.type = HM_GEMM_GROUPED_MASKED, .m = max_m, .a = a, .expert_counts = cnt};

@@ -215,21 +215,8 @@ static bool w8_indexed(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t
   const int64_t c_rows = m * GT_TOP_K;
   w8_act act;
   w8_act_make(rng, c, down ? c_rows : m, &act);
-  float *topk_w = NULL;
-  if (down) {
-    topk_w = gt_alloc((size_t)c_rows * 4);
-    hm_rng_fill_uniform(rng, topk_w, (size_t)c_rows, 0.0f, 1.0f);
-  }
-  const hm_gemm_args args = {.type = HM_GEMM_INDEXED,
-                             .m = m,
-                             .sorted_ids = meta.sorted_ids,
-                             .expert_ids = meta.expert_ids,
-                             .num_padded = &meta.num_padded,
-                             .max_padded = meta.max_padded,
-                             .block_m = block_m,
-                             .top_k = GT_TOP_K,
-                             .a_rows_per_token = down ? 1 : GT_TOP_K,
-                             .topk_weights = topk_w};
+  float *topk_w = down ? gt_topk_weights(rng, c_rows) : NULL;
+  const hm_gemm_args args = gt_indexed_args(&meta, m, block_m, GT_TOP_K, down, topk_w);
   const bool ok = w8_check(c, x, args, &act, c_rows, down ? "indexed-down+topk_w" : "indexed-gate_up", m);
   w8_act_free(&act);
   free(ids), free(meta.sorted_ids), free(meta.expert_ids), free(topk_w);
@@ -240,14 +227,8 @@ static bool w8_indexed(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t
 static bool w8_contiguous(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
   gt_route(rng, m, c->experts, ids);
-  int32_t *off = gt_alloc((size_t)(c->experts + 1) * 4), *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t rows = 0;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * GT_TOP_K; s++) cnt[e] += ids[s] == e;
-    off[e] = (int32_t)rows;
-    rows += cnt[e] + (int64_t)(hm_rng_next(rng) % 6);
-  }
-  off[c->experts] = (int32_t)rows;
+  int32_t *off, *cnt;
+  const int64_t rows = gt_contiguous_segments(rng, ids, m * GT_TOP_K, c->experts, &off, &cnt);
   w8_act act;
   w8_act_make(rng, c, rows, &act);
   const hm_gemm_args args = {
@@ -262,13 +243,8 @@ static bool w8_contiguous(hm_rng *rng, const w8_case *c, const w8_layer *x, int6
 static bool w8_masked(hm_rng *rng, const w8_case *c, const w8_layer *x, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
   gt_route(rng, m, c->experts, ids);
-  int32_t *cnt = gt_alloc((size_t)c->experts * 4);
-  int64_t max_m = 1;
-  for (int64_t e = 0; e < c->experts; e++) {
-    for (int64_t s = 0; s < m * GT_TOP_K; s++) cnt[e] += ids[s] == e;
-    if (cnt[e] > max_m) max_m = cnt[e];
-  }
-  max_m += 3;
+  int32_t *cnt;
+  const int64_t max_m = gt_masked_counts(ids, m * GT_TOP_K, c->experts, &cnt);
   const int64_t rows = c->experts * max_m;
   w8_act act;
   w8_act_make(rng, c, rows, &act);

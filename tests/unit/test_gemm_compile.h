@@ -8,6 +8,34 @@
 
 #include "hm_test.h"
 #include "kernels/gemm_gen.h"
+#include "kernels/transform.h"
+
+#define TG_BATCH_MAX 1024
+
+/* Generated sources to compile in one batch (static: a source is large). */
+typedef struct tg_batch {
+  hm_gemm_source src[TG_BATCH_MAX];
+  int count;
+} tg_batch;
+
+/* Takes the source just generated into slot count; sm_90 sources compile for sm_90a, the
+ * target the CI check names, whatever instructions they use. */
+static inline void tg_take(tg_batch *b, int arch) {
+  b->src[b->count].src.arch_specific = arch >= 90;
+  b->count++;
+}
+
+static inline void tg_add_gemm(tg_batch *b, const hm_gemm_config *cfg) {
+  assert_true(b->count < TG_BATCH_MAX);
+  HM_ASSERT_OK(hm_gemm_gen(cfg, &b->src[b->count]));
+  tg_take(b, cfg->arch);
+}
+
+static inline void tg_add_transform(tg_batch *b, const hm_transform_desc *d) {
+  assert_true(b->count < TG_BATCH_MAX);
+  HM_ASSERT_OK(hm_transform_gen(d, &b->src[b->count]));
+  tg_take(b, d->arch);
+}
 
 /* Compiles count generated sources (through the cache), names the first failures, asserts
  * every cubin came back non-empty, and frees the sources. what names the batch. */

@@ -54,41 +54,30 @@ static hm_layer_config layer_of(const variant *v, int64_t experts, bool invarian
   return c;
 }
 
-typedef struct batch {
-  hm_gemm_source src[1024];
-  int count;
-} batch;
-
 /* Adds the kernels of the plan of (layer, type) for arch: all, or only entry `only`. */
-static void add_plan(batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
+static void add_plan(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
   hm_gemm_config base;
   HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
   hm_gemm_plan plan;
   HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
   for (int i = 0; i < plan.count; i++) {
     if (only >= 0 && i != only % plan.count) continue;
-    assert_true(b->count < (int)HM_ARRAY_SIZE(b->src));
-    HM_ASSERT_OK(hm_gemm_gen(&plan.cfg[i], &b->src[b->count]));
-    b->src[b->count].src.arch_specific = arch >= 90;
-    b->count++;
+    tg_add_gemm(b, &plan.cfg[i]);
   }
 }
 
 /* The plan's swapped 8-row kernel (entry 0 where it has one), unless `only` picked it already. */
-static void add_swap(batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
+static void add_swap(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
   hm_gemm_config base;
   HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
   hm_gemm_plan plan;
   HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
   if (plan.cfg[0].tuning.bm != 8 || only % plan.count == 0) return;
-  assert_true(b->count < (int)HM_ARRAY_SIZE(b->src));
-  HM_ASSERT_OK(hm_gemm_gen(&plan.cfg[0], &b->src[b->count]));
-  b->src[b->count].src.arch_specific = arch >= 90;
-  b->count++;
+  tg_add_gemm(b, &plan.cfg[0]);
 }
 
 /* The transform of each weight type; every scale type with the first, f16/bf16 alternating after. */
-static void add_transforms(batch *b, int arch) {
+static void add_transforms(tg_batch *b, int arch) {
   const hm_dtype scale_types[] = {HM_F16, HM_BF16, HM_F32};
   for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++)
     for (size_t s = 0; s < HM_ARRAY_SIZE(scale_types); s++) {
@@ -96,15 +85,13 @@ static void add_transforms(batch *b, int arch) {
       if (i > 0 && s != i % 2) continue;
       hm_transform_desc d = {.weight = v->weight, .scale = scale_types[s], .act = v->act, .group = v->group,
                              .zero_point = v->zero_point, .n = 64, .k = 128, .experts = 1, .arch = arch};
-      HM_ASSERT_OK(hm_transform_gen(&d, &b->src[b->count]));
-      b->src[b->count].src.arch_specific = arch >= 90;
-      b->count++;
+      tg_add_transform(b, &d);
     }
 }
 
 static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
   (void)state;
-  static batch b;
+  static tg_batch b;
   const int archs[] = {80, 90};
   for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
     for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {

@@ -52,18 +52,6 @@ static hm_layer_config layer_of(const variant *v, int64_t experts, bool invarian
   return c;
 }
 
-typedef struct batch {
-  hm_gemm_source src[256];
-  int count;
-} batch;
-
-static void add_config(batch *b, const hm_gemm_config *cfg) {
-  assert_true(b->count < (int)HM_ARRAY_SIZE(b->src));
-  HM_ASSERT_OK(hm_gemm_gen(cfg, &b->src[b->count]));
-  b->src[b->count].src.arch_specific = cfg->arch >= 90;
-  b->count++;
-}
-
 static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
   hm_gemm_config base;
   HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
@@ -74,7 +62,7 @@ static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int ar
 
 static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
   (void)state;
-  static batch b;
+  static tg_batch b;
   const int archs[] = {89, 90};
   for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
     for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
@@ -84,13 +72,13 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
         if ((t == HM_GEMM_DENSE) != (lc.experts == 1)) continue;
         const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
         /* Each plan entry of the variant's own type; the decode and large-M entries of the others. */
-        for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) add_config(&b, &plan.cfg[j]);
-        if (t != (int)own) add_config(&b, &plan.cfg[plan.count - 1]);
+        for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) tg_add_gemm(&b, &plan.cfg[j]);
+        if (t != (int)own) tg_add_gemm(&b, &plan.cfg[plan.count - 1]);
       }
     }
     const hm_layer_config inv = layer_of(&variants[0], 1, true);
     const hm_gemm_plan plan = plan_of(&inv, HM_GEMM_DENSE, archs[a]);
-    add_config(&b, &plan.cfg[plan.count - 1]);
+    tg_add_gemm(&b, &plan.cfg[plan.count - 1]);
     const hm_dtype scale_types[] = {HM_F16, HM_BF16, HM_F32};
     for (size_t s = 0; s < HM_ARRAY_SIZE(scale_types); s++) {
       hm_transform_desc d = {.weight = HM_F8E4M3,
@@ -100,9 +88,7 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
                              .k = 128,
                              .experts = 1,
                              .arch = archs[a]};
-      HM_ASSERT_OK(hm_transform_gen(&d, &b.src[b.count]));
-      b.src[b.count].src.arch_specific = archs[a] >= 90;
-      b.count++;
+      tg_add_transform(&b, &d);
     }
   }
   tg_compile_all(b.src, b.count, "W8A8 GEMM and transform");

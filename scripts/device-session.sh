@@ -90,7 +90,9 @@ if has layers; then
 fi
 
 if has plan; then
-  [ -n "${TUNE-1}" ] && step tune 240 "$BUILD/humming-moe" tune --model deepseek-v3 --quant w4a16
+  # shellcheck disable=SC2086
+  [ -n "${TUNE-1}" ] && step tune "${TUNE_LIMIT:-240}" "$BUILD/humming-moe" tune --model deepseek-v3 --quant w4a16 \
+    ${TUNE_ARGS:-}
   for g in ${PLAN_GEMMS:-gate_up down}; do
     step "plan-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
       --plan all --baseline none --m "${PLAN_M:-1:4096:x2}" --json "$LOGS/plan-$g.json"

@@ -46,10 +46,10 @@
  * 4 schedulers: some 300 cycles of the tensor cores idle an iteration, not measured yet. */
 #define W8A8_WGMMA_FOLD_US 0.17
 
-static double effective_experts(const hm_layer_config *lc, hm_gemm_type type, const hm_roofline *r) {
+/* Masked launches skip the experts no row reached (their tiles come from the counts), as
+ * the other grouped types do. */
+static double effective_experts(hm_gemm_type type, const hm_roofline *r) {
   if (type == HM_GEMM_DENSE) return 1.0;
-  /* Masked launches cover every expert whether or not rows reached it. */
-  if (type == HM_GEMM_GROUPED_MASKED) return (double)lc->experts;
   return r->active_experts > 1.0 ? r->active_experts : 1.0;
 }
 
@@ -108,7 +108,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   hm_roofline r;
   HM_CHECK(hm_roofline_estimate(lc, valid_m, 1, p, &r));
   const hm_gemm_tuning *t = &cfg->tuning;
-  const double experts = effective_experts(lc, cfg->compute.type, &r);
+  const double experts = effective_experts(cfg->compute.type, &r);
   const double m_tiles_per_expert = ceil((double)valid_m / experts / t->bm);
   const double n_tiles = (double)hm_gemm_n_tiles(cfg), k_iters = (double)hm_gemm_k_iters(cfg);
   const double tiles = experts * m_tiles_per_expert * n_tiles;

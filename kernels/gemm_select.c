@@ -186,8 +186,9 @@ static int64_t contiguous_rows(int64_t m, int block_m, int64_t experts) {
 int64_t hm_gemm_valid_m(const hm_gemm_args *args, int64_t experts) {
   switch (args->type) {
   case HM_GEMM_INDEXED: return args->m * args->top_k;
-  case HM_GEMM_GROUPED_MASKED: return args->m * experts;
-  case HM_GEMM_GROUPED_CONTIGUOUS: return contiguous_rows(args->m, args->block_m, experts);
+  case HM_GEMM_GROUPED_MASKED: return args->routed_rows > 0 ? args->routed_rows : args->m * experts;
+  case HM_GEMM_GROUPED_CONTIGUOUS:
+    return args->routed_rows > 0 ? args->routed_rows : contiguous_rows(args->m, args->block_m, experts);
   default: return args->m;
   }
 }

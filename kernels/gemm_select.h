@@ -28,8 +28,8 @@ hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_co
 hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out);
 /* Index of the plan entry serving valid_m (valid_m <= 0 picks the first). */
 int hm_gemm_plan_pick(const hm_gemm_plan *plan, int64_t valid_m);
-/* The rows a forward selects with: m, m*top_k (indexed), m*experts (masked), or the routed rows
- * estimated from the padded count (contiguous). */
+/* The rows a forward selects with: m, m*top_k (indexed); grouped: args->routed_rows when
+ * set, else m*experts (masked) or the routed rows estimated from the padded count (contiguous). */
 int64_t hm_gemm_valid_m(const hm_gemm_args *args, int64_t experts);
 
 #endif

@@ -146,11 +146,13 @@ static hm_gemm_args expert_args(const hm_moe_fwd *f, int set) {
       g.expert_offsets = m->expert_offsets;
       g.expert_counts = m->expert_counts;
       g.block_m = p->align[set].block_m;
+      g.routed_rows = p->tokens * p->slots;
       break;
     case HM_MOE_LAYOUT_MASKED:
       g.type = HM_GEMM_GROUPED_MASKED;
       g.m = p->tokens;
       g.expert_counts = m->expert_counts;
+      g.routed_rows = p->tokens * p->slots;
       break;
     default:
       g.type = HM_GEMM_INDEXED;

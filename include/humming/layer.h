@@ -70,6 +70,9 @@ typedef struct hm_gemm_args {
   int block_m;                   /* indexed: block size the metadata was padded to; contiguous:
                                   * each segment's padding, 0 if unknown (it lets the kernel
                                   * choice estimate the rows routed, not the rows padded) */
+  int64_t routed_rows;           /* contiguous and masked: the sum of expert_counts if the host
+                                  * knows it, 0 if not; only the kernel choice reads it (m is
+                                  * padded rows or the largest expert's, which overstate it) */
   int top_k;                     /* indexed: slots per token; A row = id / a_rows_per_token */
   int a_rows_per_token;          /* indexed: top_k for gate_up (gather), 1 for down */
   const float *topk_weights;     /* indexed: if set, C row id is scaled by topk_weights[id] */

@@ -189,9 +189,11 @@ static void fill_args(const hm_bench_gemm_shape *s, const hm_bench_gemm_inputs *
     g->block_m = run->block_m;
     g->expert_offsets = d->expert_offsets;
     g->expert_counts = d->expert_counts;
+    g->routed_rows = run->routed_rows;
   } else if (s->type == HM_GEMM_GROUPED_MASKED) {
     g->m = run->dev_align.config.max_m;
     g->expert_counts = d->expert_counts;
+    g->routed_rows = run->routed_rows;
   }
 }
 
@@ -214,6 +216,7 @@ hm_status hm_bench_gemm_run_make(hm_bench *b, const hm_bench_gemm_shape *shape, 
   out->engine = b->engine;
   out->layer = l->layer;
   out->block_m = is_moe(shape) ? hm_layer_block_m(l->layer, valid_rows(shape, in->tokens)) : 0;
+  out->routed_rows = valid_rows(shape, in->tokens);
   hm_status ret = HM_OK;
   float *rows = NULL;
   int64_t a_rows = 0;

@@ -43,6 +43,7 @@ typedef struct hm_bench_gemm_run {
   void *a, *c;
   float *a_scale, *topk_weights;
   int64_t c_rows;
+  int64_t routed_rows; /* tokens x top_k */
   int block_m;
 } hm_bench_gemm_run;
 

@@ -13,6 +13,7 @@
 #include "heuristics/choose.h"
 #include "heuristics/choose_model.h"
 #include "heuristics/roofline.h"
+#include "kernels/gemm_select.h"
 #include "hm_test.h"
 
 static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16", "w8a8-fp8", "w8a8-int8"};
@@ -228,6 +229,36 @@ static void w8a8_moves_to_wgmma_with_rows_per_expert(void **state) {
   }
 }
 
+/*
+ * A grouped launch's m overstates the rows routed (the largest expert's rows for masked,
+ * padded rows for contiguous); with the routed count the masked decode of DeepSeek-V3's
+ * gate_up (8 rows, 256 experts) costs what the same rows cost indexed, not 256 experts.
+ */
+static void grouped_rows_come_from_the_routed_count(void **state) {
+  (void)state;
+  hm_gemm_args masked = {.type = HM_GEMM_GROUPED_MASKED, .m = 1};
+  assert_int_equal(hm_gemm_valid_m(&masked, 256), 256);
+  masked.routed_rows = 8;
+  assert_int_equal(hm_gemm_valid_m(&masked, 256), 8);
+  const hm_gemm_args contiguous = {.type = HM_GEMM_GROUPED_CONTIGUOUS, .m = 128, .block_m = 16, .routed_rows = 8};
+  assert_int_equal(hm_gemm_valid_m(&contiguous, 256), 8);
+
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
+  const hm_layer_config lc = layer("w4a16", 4096, 7168, 256);
+  hm_gemm_config base, cfg;
+  double us[2];
+  const hm_gemm_type types[] = {HM_GEMM_GROUPED_MASKED, HM_GEMM_INDEXED};
+  for (int i = 0; i < 2; i++) {
+    HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, types[i], p.arch, &base));
+    HM_ASSERT_OK(hm_gemm_select(&base, 8, &cfg));
+    hm_choose_cost c;
+    HM_ASSERT_OK(hm_choose_cost_of(&lc, &cfg, 8, &p, &c));
+    us[i] = c.predicted_us;
+  }
+  assert_true(us[0] < 1.5 * us[1] && us[1] < 1.5 * us[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_preset_quant_profile_is_legal),
@@ -236,6 +267,7 @@ int main(void) {
       cmocka_unit_test(h20_and_h200_part_where_the_model_says),
       cmocka_unit_test(bad_ranges_are_refused),
       cmocka_unit_test(w8a8_moves_to_wgmma_with_rows_per_expert),
+      cmocka_unit_test(grouped_rows_come_from_the_routed_count),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

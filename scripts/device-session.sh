@@ -9,7 +9,8 @@
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
-# fp8shapes (the fp8 shapes issue #8 sets targets on).
+# fp8shapes (the fp8 shapes issue #8 sets targets on), sass (SASS of cached kernels named
+# by $SASS, run after the phases that compile them).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -119,6 +120,18 @@ if has ncu; then
       --baseline none
     grep -E "hm_gemm|Grid Size|Block Size|Registers|Duration|DRAM Throughput|Memory Throughput|Achieved Occ|Issue Slots|Issued Warp|No Eligible|Warp Cycles Per Issued|Active Warps Per|Eligible Warps|Waves Per SM|Stall" \
       "$LOGS/ncu-$plan-m$m.log" | cut -c1-150 | tee -a "$summary"
+  done
+fi
+
+# SASS of the cached kernels whose names match $SASS (a grep -E pattern), for instruction
+# counts per loop: the compile cache keeps each kernel's options.txt (its name) and cubin.
+if has sass; then
+  for d in "$HUMMING_CACHE_DIR"/kernels/*/* "$BUILD"/test-cache/kernels/*/*; do
+    [ -f "$d/kernel.cubin" ] || continue
+    name=$(grep -oE "hm_[a-z0-9_]+\.cu -arch=sm_[0-9a]+" "$d/options.txt" | head -1 | tr ' =' '__')
+    [ -n "$name" ] && echo "$name" | grep -qE "${SASS:-m8n256k128_w1x4x2_s4}" || continue
+    cuobjdump -sass "$d/kernel.cubin" >"$LOGS/sass-$name.txt" 2>&1
+    note "sass $name: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$LOGS/sass-$name.txt") instructions"
   done
 fi
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The scale and zero operands of the dequant, built once per scale group a warp meets
 // in a stage instead of once per k16 step: they are constant over the group, and
-// rebuilding them per step cost about as many instructions as the codes themselves.
+// rebuilding them per step cost about as many instructions as the codes themselves. And
+// where a lane finds its operands in a stage (hm_lane_addr).
 #pragma once
 
 #include "gemm_traits.cuh"
@@ -33,20 +34,21 @@ __device__ __forceinline__ float hm_biased_zero_f32(hm_u32 zeros, int b) {
   return hm_h_to_f32<false>(hm_zero_of_byte<false, B>(zeros, b));
 }
 
-// The late-scale fold's operands of scale group gi of unit column unit_col, for the eight
-// n8 blocks j: the column's scale and its biased zero, in f32. Read once per run of a
-// warp's steps in one group, so they are not kept live across the steps.
+// The late-scale fold's operands of one scale group and unit column, for the eight n8
+// blocks j: the column's scale and its biased zero, in f32. sc and zp: the lane's scale
+// and zero words (hm_lane_addr). Read once per run of a warp's steps in one group, so
+// they are not kept live across the steps.
 template <class C>
-__device__ __forceinline__ void hm_fold_load(const unsigned char *st, int gi, int unit_col, int lane,
-                                             float (&s)[8], float (&zb)[8]) {
+__device__ __forceinline__ void hm_fold_load(const unsigned char *sc, const unsigned char *zp, float (&s)[8],
+                                             float (&zb)[8]) {
   using T = hm_gemm_traits<C>;
   using D = hm_dq<T::bf16, C::bits>;
-  const uint4 v = *(const uint4 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + (lane >> 2) * 16);
-  const hm_u32 sc[4] = {v.x, v.y, v.z, v.w};
+  const uint4 v = *(const uint4 *)sc;
+  const hm_u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int j = 0; j < 8; ++j) s[j] = hm_h_to_f32<T::bf16>((j & 1) ? sc[j >> 1] >> 16 : sc[j >> 1]);
+  for (int j = 0; j < 8; ++j) s[j] = hm_h_to_f32<T::bf16>((j & 1) ? w[j >> 1] >> 16 : w[j >> 1]);
   if constexpr (T::z_bytes > 0) {
-    const uint2 z = *(const uint2 *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 + (lane >> 2) * 8);
+    const uint2 z = *(const uint2 *)zp;
 #pragma unroll
     for (int j = 0; j < 8; ++j) zb[j] = hm_biased_zero_f32<T::bf16, C::bits>(j < 4 ? z.x : z.y, j & 3);
   } else {
@@ -55,18 +57,19 @@ __device__ __forceinline__ void hm_fold_load(const unsigned char *st, int gi, in
   }
 }
 
-// Loads the operands of scale group gi (within the stage) of unit column unit_col.
+// Loads the operands of one scale group and unit column from the lane's scale and zero
+// words sc and zp (hm_lane_addr).
 template <class C>
-__device__ __forceinline__ void hm_group_load(const unsigned char *st, int gi, int unit_col, int lane,
+__device__ __forceinline__ void hm_group_load(const unsigned char *sc, const unsigned char *zp,
                                               hm_group_vals &g) {
   using T = hm_gemm_traits<C>;
   using D = hm_dq<T::bf16, C::bits>;
-  const uint4 v = *(const uint4 *)(st + T::s_off + (gi * T::bn_units + unit_col) * 128 + (lane >> 2) * 16);
-  const hm_u32 sc[4] = {v.x, v.y, v.z, v.w};
+  const uint4 v = *(const uint4 *)sc;
+  const hm_u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int j = 0; j < 8; ++j) g.s2[j] = hm_h2_broadcast(sc[j >> 1], j & 1);
+  for (int j = 0; j < 8; ++j) g.s2[j] = hm_h2_broadcast(w[j >> 1], j & 1);
   if constexpr (T::z_bytes > 0) {
-    const uint2 z = *(const uint2 *)(st + T::z_off + (gi * T::bn_units + unit_col) * 64 + (lane >> 2) * 8);
+    const uint2 z = *(const uint2 *)zp;
 #pragma unroll
     for (int j = 0; j < 8; ++j) g.z2[j] = hm_zero_of_byte<T::bf16, C::bits>(j < 4 ? z.x : z.y, j & 3);
   } else {
@@ -90,4 +93,30 @@ template <class C>
 __device__ __forceinline__ constexpr bool hm_group_starts(int ss) {
   using T = hm_gemm_traits<C>;
   return (C::group == 0 || C::group >= T::wk_steps * 16) ? ss == 0 : (ss * 16) % C::group == 0;
+}
+
+// A lane's operand offsets in a stage for its warp's first k16 step: the ldmatrix row of
+// steps 0..3, its words of the warp's first unit, its scale and zero words of that unit's
+// column. Built once per segment; later steps, units and groups lie at constant distances
+// (hm_lane_addr_a, hm_lane_group), so a k16 step does no address arithmetic.
+template <class C>
+struct hm_lane_addr {
+  static constexpr int a_slots = hm_gemm_traits<C>::wk_steps < 4 ? hm_gemm_traits<C>::wk_steps : 4;
+  unsigned a[a_slots];
+  unsigned b, s, z;
+};
+
+// The ldmatrix row offset of the warp's step ss: its chunk index 2 s + h XORs with the row
+// only in its low three bits, so steps four apart are 128 bytes apart.
+template <class C>
+__device__ __forceinline__ unsigned hm_lane_addr_a(const hm_lane_addr<C> &la, int ss) {
+  return la.a[ss & 3] + (ss >> 2) * 128;
+}
+
+// The scale group of the warp's step ss less that of its first step: groups shorter than
+// the warp's steps start at multiples of group, longer ones cover all of them.
+template <class C>
+__device__ __forceinline__ constexpr int hm_lane_group(int ss) {
+  using T = hm_gemm_traits<C>;
+  return (C::group == 0 || C::group >= C::bk || C::group > T::wk_steps * 16) ? 0 : ss * 16 / C::group;
 }

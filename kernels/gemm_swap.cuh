@@ -19,16 +19,15 @@ __device__ __forceinline__ void hm_ldmatrix_x2(hm_u32 (&r)[2], unsigned smem_add
                : "r"(smem_addr));
 }
 
-// One weight unit at k16 step s: m16 block J of the unit against the tokens' fragment
-// bf; the C^T sums of block J accumulate in acc[J] (acc[4..7] stay unused until the
-// layout change).
+// One weight unit at a k16 step (words: the lane's words of it): m16 block J of the unit
+// against the tokens' fragment bf; the C^T sums of block J accumulate in acc[J]
+// (acc[4..7] stay unused until the layout change).
 template <class C>
-__device__ __forceinline__ void hm_swap_unit_mma(const unsigned char *st, int unit_col, int s, int lane,
-                                                 const hm_u32 (&bf)[2], const hm_group_vals &g,
-                                                 float (&acc)[8][4]) {
+__device__ __forceinline__ void hm_swap_unit_mma(const unsigned char *words, const hm_u32 (&bf)[2],
+                                                 const hm_group_vals &g, float (&acc)[8][4]) {
   using T = hm_gemm_traits<C>;
   hm_u32 w[C::bits];
-  hm_load_lane_words<C::bits>(w, st + T::b_off + (unit_col * T::steps + s) * T::unit_bytes, lane);
+  hm_load_lane_words_at<C::bits>(w, words);
 #pragma unroll
   for (int J = 0; J < 4; ++J) {
     hm_u32 a[4];
@@ -71,16 +70,15 @@ __device__ __forceinline__ void hm_swap_sum_a(const hm_u32 (&bf)[2], bool first,
   hm_mma_16816<T::bf16>(sa, ones, bf[0], bf[1]);
 }
 
-// One weight unit at k16 step s on biased codes: block J's partial sums in acc[4 + J],
-// restarted when first.
+// One weight unit at a k16 step on biased codes (words: the lane's words of it): block
+// J's partial sums in acc[4 + J], restarted when first.
 template <class C>
-__device__ __forceinline__ void hm_swap_unit_mma_biased(const unsigned char *st, int unit_col, int s,
-                                                        int lane, const hm_u32 (&bf)[2], bool first,
-                                                        float (&acc)[8][4]) {
+__device__ __forceinline__ void hm_swap_unit_mma_biased(const unsigned char *words, const hm_u32 (&bf)[2],
+                                                        bool first, float (&acc)[8][4]) {
   using T = hm_gemm_traits<C>;
   using D = hm_dq<T::bf16, C::bits>;
   hm_u32 w[C::bits];
-  hm_load_lane_words<C::bits>(w, st + T::b_off + (unit_col * T::steps + s) * T::unit_bytes, lane);
+  hm_load_lane_words_at<C::bits>(w, words);
 #pragma unroll
   for (int J = 0; J < 4; ++J) {
     hm_u32 a[4];
@@ -94,12 +92,13 @@ __device__ __forceinline__ void hm_swap_unit_mma_biased(const unsigned char *st,
   }
 }
 
-// The end of a run: partials of scale group gi of the unit into its accumulators.
+// The end of a run: partials of the unit into its accumulators, with the scale and zero
+// words sc and zp of the run's group.
 template <class C>
-__device__ __forceinline__ void hm_swap_fold(const unsigned char *st, int gi, int unit_col, int lane,
+__device__ __forceinline__ void hm_swap_fold(const unsigned char *sc, const unsigned char *zp,
                                              const float (&sa)[4], float (&acc)[8][4]) {
   float s[8], zb[8];
-  hm_fold_load<C>(st, gi, unit_col, lane, s, zb);
+  hm_fold_load<C>(sc, zp, s, zb);
 #pragma unroll
   for (int J = 0; J < 4; ++J)
 #pragma unroll
@@ -109,20 +108,24 @@ __device__ __forceinline__ void hm_swap_fold(const unsigned char *st, int gi, in
     }
 }
 
-// Late-scale k16 step ss of a warp (stage step s) for its units unit0..: runs of
-// T::late_run steps, which divides the warp's steps within a scale group.
+// Late-scale k16 step ss of a warp in stage st, for its units: runs of T::late_run
+// steps, which divides the warp's steps within a scale group.
 template <class C>
-__device__ __forceinline__ void hm_swap_late_step(const unsigned char *st, int unit0, int s, int ss, int lane,
+__device__ __forceinline__ void hm_swap_late_step(const unsigned char *st, const hm_lane_addr<C> &la, int ss,
                                                   const hm_u32 (&bf)[2], float (&sa)[4], hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   const bool first = ss % T::late_run == 0;
   const bool last = (ss + 1) % T::late_run == 0;
   hm_swap_sum_a<C>(bf, first, sa);
 #pragma unroll
-  for (int u = 0; u < T::nu; ++u) hm_swap_unit_mma_biased<C>(st, unit0 + u, s, lane, bf, first, acc[u][0]);
-  if (last)
+  for (int u = 0; u < T::nu; ++u)
+    hm_swap_unit_mma_biased<C>(st + la.b + (u * T::steps + ss) * T::unit_bytes, bf, first, acc[u][0]);
+  if (last) {
+    const int g = hm_lane_group<C>(ss) * T::bn_units;
 #pragma unroll
-    for (int u = 0; u < T::nu; ++u) hm_swap_fold<C>(st, T::step_group(s), unit0 + u, lane, sa, acc[u][0]);
+    for (int u = 0; u < T::nu; ++u)
+      hm_swap_fold<C>(st + la.s + (g + u) * 128, st + la.z + (g + u) * 64, sa, acc[u][0]);
+  }
 }
 
 // C^T sums of one unit (acc[0..3]) -> the standard accumulators of a 16-row m block

@@ -8,12 +8,15 @@ __device__ __forceinline__ unsigned hm_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
-// 16 bytes, bypassing L1 (.cg): every byte is read once per CTA.
-__device__ __forceinline__ void hm_cp_async16(void *smem, const void *gmem, bool valid) {
+// 16 bytes, bypassing L1 (.cg): every byte is read once per CTA. smem: a shared address.
+__device__ __forceinline__ void hm_cp_async16(unsigned smem, const void *gmem, bool valid) {
   int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(hm_smem_addr(smem)), "l"(gmem),
-               "r"(src_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes)
                : "memory");
+}
+
+__device__ __forceinline__ void hm_cp_async16(void *smem, const void *gmem, bool valid) {
+  hm_cp_async16(hm_smem_addr(smem), gmem, valid);
 }
 
 __device__ __forceinline__ void hm_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

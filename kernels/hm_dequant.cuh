@@ -64,14 +64,15 @@ __host__ __device__ __forceinline__ hm_u32 hm_pair_codes(const hm_u32 (&w)[B], i
   return pair;
 }
 
-// A lane's words of one unit in shared memory, one vector load per chunk.
+// A lane's words of one unit in shared memory, one vector load per chunk; lane_words is
+// the unit's address plus the lane's offset in a chunk (hm_lane_words_offset).
 template <int B>
-__device__ __forceinline__ void hm_load_lane_words(hm_u32 (&w)[B], const unsigned char *unit, int lane) {
+__device__ __forceinline__ void hm_load_lane_words_at(hm_u32 (&w)[B], const unsigned char *lane_words) {
   using L = hm_wlayout<B>;
-  const hm_u32 *u = (const hm_u32 *)unit;
+  const hm_u32 *u = (const hm_u32 *)lane_words;
 #pragma unroll
   for (int c = 0; c < B / L::vec; ++c) {
-    const hm_u32 *p = u + L::offset(lane, c * L::vec);
+    const hm_u32 *p = u + L::offset(0, c * L::vec);
     if constexpr (L::vec == 4) {
       uint4 v = *(const uint4 *)p;
       w[4 * c] = v.x, w[4 * c + 1] = v.y, w[4 * c + 2] = v.z, w[4 * c + 3] = v.w;
@@ -82,6 +83,17 @@ __device__ __forceinline__ void hm_load_lane_words(hm_u32 (&w)[B], const unsigne
       w[c] = *p;
     }
   }
+}
+
+// Bytes from a unit's first word to lane's first word.
+template <int B>
+__host__ __device__ constexpr int hm_lane_words_offset(int lane) {
+  return hm_wlayout<B>::offset(lane, 0) * 4;
+}
+
+template <int B>
+__device__ __forceinline__ void hm_load_lane_words(hm_u32 (&w)[B], const unsigned char *unit, int lane) {
+  hm_load_lane_words_at<B>(w, unit + hm_lane_words_offset<B>(lane));
 }
 
 // (x & mask) | bits in one lop3: ptxas leaves the mask and the magic as an AND and an OR.

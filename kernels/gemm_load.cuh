@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: Apache-2.0
+// Global -> shared copies of one pipeline stage with cp.async: the A tile swizzled for
+// ldmatrix, weight units, scales and zero points. The checked loads recompute every index
+// and bound per k-tile and are shared with the other kernels; the mma.sync mainloop fixes
+// a thread's copies once per tile segment (hm_load_plan) and only adds a stride per k-tile.
+#pragma once
+
+#include "gemm_sched.cuh"
+#include "hm_cp_async.cuh"
+
+// A rows are bk*2 bytes; 16-byte chunk ch of row r sits at chunk ch ^ (r % 8), so the
+// eight rows an ldmatrix phase reads fall in eight different bank groups.
+template <class C>
+__device__ __forceinline__ int hm_a_offset(int r, int ch) {
+  return r * C::bk * 2 + ((ch ^ (r & 7)) << 4);
+}
+
+// The bm x bk A tile of k-tile kt in 16-byte chunks (cp.async): row r is the gathered row
+// a_row[r], and rows of -1 or chunks past K are zero-filled. Chunk ch of row r lands at
+// st + offset(r, ch): each kernel brings its own swizzle. EB: bytes an element.
+template <class C, int THREADS, int EB, class Offset>
+__device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row,
+                                               Offset offset) {
+  constexpr int per_chunk = 16 / EB;
+  constexpr int per_row = C::bk / per_chunk;
+  constexpr int total = C::bm * per_row;
+  const unsigned char *a = (const unsigned char *)p.a;
+#pragma unroll
+  for (int it = 0; it < (total + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + (int)threadIdx.x;
+    if (total % THREADS == 0 || i < total) {
+      const int r = i / per_row, ch = i % per_row;
+      const int row = a_row[r];
+      const int k = kt * C::bk + ch * per_chunk;
+      const bool ok = row >= 0 && k < C::k;
+      hm_cp_async16(st + offset(r, ch), ok ? a + ((long long)row * C::k + k) * EB : a, ok);
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row) {
+  hm_load_a_tile<C, hm_gemm_traits<C>::threads, 2>(p, kt, st, a_row,
+                                                   [](int r, int ch) { return hm_a_offset<C>(r, ch); });
+}
+
+// Weight units of the tile's columns for k-tile kt; each column of units is contiguous.
+// T: the kernel's traits (sizes, offsets, threads), so that the wgmma kernel shares this.
+template <class C, class T = hm_gemm_traits<C>>
+__device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st) {
+  constexpr int unit_chunks = T::unit_bytes / 16;
+  constexpr int col_chunks = T::steps * unit_chunks;
+  constexpr int total = T::bn_units * col_chunks;
+  const unsigned char *b = (const unsigned char *)p.b;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int col = i / col_chunks, rem = i % col_chunks;
+      const int unit = tile.n_tile * T::bn_units + col;
+      const int k16 = kt * T::steps + rem / unit_chunks;
+      const bool ok = unit < T::n_units && k16 < T::k16;
+      const long long src = (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * T::unit_bytes + rem * 16;
+      hm_cp_async16(st + T::b_off + col * T::steps * T::unit_bytes + rem * 16, ok ? b + src : b, ok);
+    }
+  }
+}
+
+// Scales (128 bytes) or zero points (64 bytes) per group and unit column.
+template <class C, int BYTES, class T = hm_gemm_traits<C>>
+__device__ __forceinline__ void hm_load_group_data(const unsigned char *src, const hm_tile &tile, int kt,
+                                                   unsigned char *dst) {
+  constexpr int chunks = BYTES / 16;
+  constexpr int total = T::stage_groups * T::bn_units * chunks;
+  const int g0 = C::group == 0 ? 0 : kt * C::bk / C::group;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int gi = i / (T::bn_units * chunks), col = (i / chunks) % T::bn_units, ch = i % chunks;
+      const int g = g0 + gi, unit = tile.n_tile * T::bn_units + col;
+      const bool ok = g < T::groups && unit < T::n_units;
+      const long long off = (((long long)tile.e * T::groups + g) * T::n_units + unit) * BYTES + ch * 16;
+      hm_cp_async16(dst + (gi * T::bn_units + col) * BYTES + ch * 16, ok ? src + off : src, ok);
+    }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st,
+                                              const int *a_row) {
+  using T = hm_gemm_traits<C>;
+  hm_load_a<C>(p, kt, st, a_row);
+  hm_load_b<C>(p, tile, kt, st);
+  if constexpr (T::quant) hm_load_group_data<C, 128>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
+  if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64>(p.zeros, tile, kt, st + T::z_off);
+}
+
+// Copy it = 0, 1, .. of thread tid over TOTAL 16-byte chunks, PER_ROW a row: chunk
+// it * THREADS + tid. When THREADS and PER_ROW divide one another, its row and chunk are
+// a constant of it plus the thread's own part, so that a thread's copies lie at constant
+// distances from its first.
+template <int PER_ROW, int THREADS, int TOTAL>
+struct hm_chunk_grid {
+  static constexpr int iters = (TOTAL + THREADS - 1) / THREADS;
+  static constexpr int slots = iters > 0 ? iters : 1;  // array length, also for an empty grid
+  static constexpr bool split = THREADS % PER_ROW == 0 || PER_ROW % THREADS == 0;
+
+  __device__ static __forceinline__ bool has(int it, unsigned tid) {
+    return TOTAL % THREADS == 0 || it * THREADS + tid < (unsigned)TOTAL;
+  }
+  __device__ static __forceinline__ int row(int it, unsigned tid) {
+    if constexpr (split) return it * THREADS / PER_ROW + (int)(tid / PER_ROW);
+    return (int)((it * THREADS + tid) / PER_ROW);
+  }
+  __device__ static __forceinline__ int chunk(int it, unsigned tid) {
+    if constexpr (split) return it * THREADS % PER_ROW + (int)(tid % PER_ROW);
+    return (int)((it * THREADS + tid) % PER_ROW);
+  }
+  // Bytes from copy 0 to copy it in a layout of ROW bytes a row.
+  template <int ROW>
+  __device__ static __forceinline__ int delta(int it, unsigned tid) {
+    return (row(it, tid) - row(0, tid)) * ROW + (chunk(it, tid) - chunk(0, tid)) * 16;
+  }
+};
+
+// Hides how a value was computed, so that the compiler keeps it in a register instead of
+// re-deriving it (and its 64-bit products) inside the k loop.
+__device__ __forceinline__ const unsigned char *hm_opaque(const unsigned char *p) {
+  asm("" : "+l"(p));
+  return p;
+}
+
+__device__ __forceinline__ unsigned hm_opaque(unsigned x) {
+  asm("" : "+r"(x));
+  return x;
+}
+
+// A thread's copies of one stream (weights, scales or zero points) over a tile segment:
+// copy 0's source at k-tile 0 and its offset in a stage; copy it reads delta[it] bytes
+// further and copies (ok) or zero-fills. A zero-filled copy reads as the last unit column
+// would, so that its address stays inside the tensor at every k-tile.
+template <class G>
+struct hm_copy_stream {
+  const unsigned char *src;
+  unsigned dst;
+  int delta[G::slots];
+  bool ok[G::slots];
+};
+
+// Stream s of grid G from base: copy it reads base + at(row, unit, chunk), with unit the
+// tensor's unit column of grid row `row`. ROW: the bytes between grid rows in the source
+// when uniform, so that the distances fold to constants; 0 when not.
+template <class C, class G, int ROW, class At>
+__device__ __forceinline__ void hm_copy_stream_init(hm_copy_stream<G> &s, const unsigned char *base,
+                                                    const hm_tile &tile, unsigned tid, unsigned dst, At at) {
+  using T = hm_gemm_traits<C>;
+  constexpr bool exact = T::n_units % T::bn_units == 0;
+  long long first = 0;
+#pragma unroll
+  for (int it = 0; it < G::iters; ++it) {
+    const int row = G::row(it, tid), unit = tile.n_tile * T::bn_units + row % T::bn_units;
+    s.ok[it] = exact || unit < T::n_units;
+    const long long off = at(row, s.ok[it] ? unit : T::n_units - 1, G::chunk(it, tid));
+    if (it == 0) first = off;
+    s.delta[it] = (exact && G::split && ROW != 0) ? G::template delta<ROW>(it, tid) : (int)(off - first);
+  }
+  s.src = hm_opaque(base + first);
+  s.dst = hm_opaque(dst);
+}
+
+// A thread's copies of a stage over one tile segment. A rows are gathered, so each A copy
+// has its own source (row 0 for a missing row, zero-filled).
+template <class C>
+struct hm_load_plan {
+  using T = hm_gemm_traits<C>;
+  using A = hm_chunk_grid<C::bk / 8, T::threads, C::bm * C::bk / 8>;
+  using B = hm_chunk_grid<T::steps * T::unit_bytes / 16, T::threads, T::b_bytes / 16>;
+  using S = hm_chunk_grid<8, T::threads, T::s_bytes / 16>;  // rows: (scale group, unit column)
+  using Z = hm_chunk_grid<4, T::threads, T::z_bytes / 16>;
+  // Only the last k-tile of a K that bk does not divide reaches past K (and past the last
+  // scale group, K being a multiple of the group): it takes the checked loads.
+  static constexpr bool k_tail = C::k % C::bk != 0;
+
+  const unsigned char *a[A::slots];
+  unsigned a_dst[A::slots];
+  bool a_ok[A::slots];
+  hm_copy_stream<B> b;
+  hm_copy_stream<S> s;
+  hm_copy_stream<Z> z;
+};
+
+// The plan of the tile's segment; a_row holds the tile's A rows (hm_tile_rows).
+template <class C>
+__device__ __forceinline__ hm_load_plan<C> hm_load_plan_init(const hm_gemm_params &p, const hm_tile &tile,
+                                                             const int *a_row) {
+  using P = hm_load_plan<C>;
+  using T = hm_gemm_traits<C>;
+  const unsigned tid = threadIdx.x;
+  P pl;
+#pragma unroll
+  for (int it = 0; it < P::A::iters; ++it) {
+    const int r = P::A::row(it, tid), ch = P::A::chunk(it, tid);
+    const int row = P::A::has(it, tid) ? a_row[r] : -1;
+    pl.a_ok[it] = row >= 0;
+    pl.a[it] = hm_opaque((const unsigned char *)p.a + ((long long)(row >= 0 ? row : 0) * C::k + ch * 8) * 2);
+    pl.a_dst[it] = hm_opaque((unsigned)hm_a_offset<C>(r, ch));
+  }
+  hm_copy_stream_init<C, typename P::B, T::k16 * T::unit_bytes>(
+      pl.b, (const unsigned char *)p.b, tile, tid,
+      T::b_off + P::B::row(0, tid) * T::steps * T::unit_bytes + P::B::chunk(0, tid) * 16,
+      [&](int, int unit, int ch) {
+        return ((long long)tile.e * T::n_units + unit) * T::k16 * T::unit_bytes + ch * 16;
+      });
+  if constexpr (T::quant)
+    hm_copy_stream_init<C, typename P::S, T::stage_groups == 1 ? 128 : 0>(
+        pl.s, (const unsigned char *)p.scales, tile, tid,
+        T::s_off + P::S::row(0, tid) * 128 + P::S::chunk(0, tid) * 16, [&](int row, int unit, int ch) {
+          return (((long long)tile.e * T::groups + row / T::bn_units) * T::n_units + unit) * 128 + ch * 16;
+        });
+  if constexpr (T::z_bytes > 0)
+    hm_copy_stream_init<C, typename P::Z, T::stage_groups == 1 ? 64 : 0>(
+        pl.z, p.zeros, tile, tid, T::z_off + P::Z::row(0, tid) * 64 + P::Z::chunk(0, tid) * 16,
+        [&](int row, int unit, int ch) {
+          return (((long long)tile.e * T::groups + row / T::bn_units) * T::n_units + unit) * 64 + ch * 16;
+        });
+  return pl;
+}
+
+// Bytes from k-tile 0 to k-tile kt in the scales or zero points (BYTES a group and unit):
+// a group spans group / bk k-tiles, or a k-tile bk / group groups.
+template <class C, int BYTES, class T = hm_gemm_traits<C>>
+__device__ __forceinline__ int hm_group_kt_bytes(int kt) {
+  if constexpr (C::group == 0) return 0;
+  return (int)((unsigned)kt * C::bk / C::group) * (T::n_units * BYTES);
+}
+
+// The copies of stream s at k-tile kt_bytes into the stage at shared address st.
+template <class G, int DST_ROW>
+__device__ __forceinline__ void hm_copy_stream_stage(const hm_copy_stream<G> &s, unsigned st, int kt_bytes,
+                                                     unsigned tid) {
+  const unsigned char *src = s.src + kt_bytes;
+  const unsigned dst = st + s.dst;
+#pragma unroll
+  for (int it = 0; it < G::iters; ++it)
+    if (G::has(it, tid))
+      hm_cp_async16(dst + G::template delta<DST_ROW>(it, tid), src + s.delta[it], s.ok[it]);
+}
+
+// Fills stage st with k-tile kt: the plan's copies, or the checked loads for a last
+// k-tile that reaches past K.
+template <class C>
+__device__ __forceinline__ void hm_load_plan_stage(const hm_load_plan<C> &pl, const hm_gemm_params &p,
+                                                   const hm_tile &tile, int kt, unsigned char *st,
+                                                   const int *a_row) {
+  using P = hm_load_plan<C>;
+  using T = hm_gemm_traits<C>;
+  if constexpr (P::k_tail) {
+    if (kt == T::k_iters - 1) {
+      hm_load_stage<C>(p, tile, kt, st, a_row);
+      return;
+    }
+  }
+  const unsigned tid = threadIdx.x, sa = hm_smem_addr(st);
+#pragma unroll
+  for (int it = 0; it < P::A::iters; ++it)
+    if (P::A::has(it, tid)) hm_cp_async16(sa + pl.a_dst[it], pl.a[it] + kt * (C::bk * 2), pl.a_ok[it]);
+  hm_copy_stream_stage<typename P::B, T::steps * T::unit_bytes>(pl.b, sa, kt * (T::steps * T::unit_bytes),
+                                                                tid);
+  if constexpr (T::quant)
+    hm_copy_stream_stage<typename P::S, 128>(pl.s, sa, hm_group_kt_bytes<C, 128>(kt), tid);
+  if constexpr (T::z_bytes > 0)
+    hm_copy_stream_stage<typename P::Z, 64>(pl.z, sa, hm_group_kt_bytes<C, 64>(kt), tid);
+}

@@ -19,16 +19,50 @@ bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l) {
   return l->act == HM_F8E4M3 || l->act == HM_I8;
 }
 
+int hm_gemm_w4a8_format(const hm_gemm_layer_part *l) {
+  if (!hm_gemm_is_w8a8(l)) return HM_W4_NONE;
+  return l->weight == HM_I4 ? HM_W4_INT4 : (l->weight == HM_F4E2M1 ? HM_W4_E2M1 : HM_W4_NONE);
+}
+
+/* Bytes of a weight unit (32 k x 64 n codes) and, for mxfp4, of its e8m0 scales. */
+static size_t unit_bytes(const hm_gemm_layer_part *l) {
+  return hm_gemm_w4a8_format(l) == HM_W4_NONE ? 2048 : 1024;
+}
+
+static size_t mx_unit_bytes(const hm_gemm_layer_part *l) {
+  return hm_gemm_w4a8_format(l) == HM_W4_E2M1 ? 64 : 0;
+}
+
 /* Scales that change along K (128x128 weight blocks, 1x128 activation groups): the kernel
  * folds each stage's partial sums into its accumulators with them. */
 static bool k_scaled(const hm_gemm_layer_part *l) {
   return l->group_n != 0 || l->act_scale == HM_ACT_SCALE_GROUP128;
 }
 
+/*
+ * e2m1 weights: mxfp4 (e8m0 scales per 32 along K) keeps group 32. nvfp4 has none: its
+ * e4m3 scales per 16 change inside a k32 MMA, so they cannot scale its sums, and e2m1
+ * times an e4m3 scale needs up to 5 significant bits, which e4m3 codes do not hold.
+ */
+static hm_status w4a8_fp4_from_layer(const hm_quant_format *w, hm_gemm_layer_part *l) {
+  if (w->scale != HM_E8M0 || w->scale_kind != HM_SCALE_GROUP || w->group_k != 32)
+    HM_FAIL(
+        HM_UNSUPPORTED,
+        "W4A8 GEMM: e2m1 weights need e8m0 scales per 32 along K (mxfp4); nvfp4 (%s scales per %d) has no "
+        "W4A8 kernel: per-16 scales change inside the k32 fp8 MMA, and e2m1 times an e4m3 scale is not an "
+        "e4m3 code",
+        hm_dtype_name(w->scale), w->group_k);
+  if (w->global_scale) HM_FAIL(HM_UNSUPPORTED, "W4A8 mxfp4 GEMM: no global scale");
+  l->group = 32;
+  l->group_n = 0;
+  return HM_OK;
+}
+
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out) {
   const hm_quant_format *w = &lc->scheme.weight;
   hm_gemm_layer_part *l = &out->layer;
   l->act_scale = lc->scheme.act_scale;
+  if (w->weight == HM_F4E2M1) return w4a8_fp4_from_layer(w, l);
   if (w->scale_kind == HM_SCALE_CHANNEL) {
     l->group = l->group_n = 0;
   } else if (w->scale_kind == HM_SCALE_BLOCK) {
@@ -43,12 +77,12 @@ hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out
 }
 
 static hm_status check_types(const hm_gemm_layer_part *l, int arch) {
-  const bool int8 = l->act == HM_I8 && l->weight == HM_I8;
-  const bool fp8 = l->act == HM_F8E4M3 && l->weight == HM_F8E4M3;
+  const bool int8 = l->act == HM_I8 && (l->weight == HM_I8 || l->weight == HM_I4);
+  const bool fp8 = l->act == HM_F8E4M3 && (l->weight == HM_F8E4M3 || l->weight == HM_F4E2M1);
   if (!int8 && !fp8)
     HM_FAIL(HM_UNSUPPORTED,
-            "W8A8 GEMM: %s weights with %s activations (kernels exist for i8 x i8 and "
-            "f8e4m3 x f8e4m3; W4A8, mxfp4 and nvfp4 have none yet)",
+            "W8A8 GEMM: %s weights with %s activations (kernels exist for i8 x i8, f8e4m3 x f8e4m3 and "
+            "W4A8: i4 x i8, f4e2m1 (mxfp4) x f8e4m3)",
             hm_dtype_name(l->weight), hm_dtype_name(l->act));
   if (l->out != HM_F16 && l->out != HM_BF16)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: output must be f16 or bf16, not %s", hm_dtype_name(l->out));
@@ -81,7 +115,11 @@ hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
             "W8A8 GEMM: block scales must be 128x128 on N=%lld, K=%lld multiples of 128 "
             "(blocks %dx%d)",
             (long long)l->n, (long long)l->k, l->group_n, l->group);
-  if (!block && l->group != 0) HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: group scales (group %d)", l->group);
+  const bool mx = hm_gemm_w4a8_format(l) == HM_W4_E2M1;
+  if (mx && (l->group != 32 || l->k % 32 != 0))
+    HM_FAIL(HM_UNSUPPORTED, "W4A8 mxfp4 GEMM: e8m0 scales per 32 along K=%lld (group %d)", (long long)l->k,
+            l->group);
+  if (!block && !mx && l->group != 0) HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: group scales (group %d)", l->group);
   if (l->act == HM_I8 && !k_scaled(l) && l->k > INT8_MAX_K)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 int8 GEMM: K=%lld above %d would overflow the s32 sums", (long long)l->k,
             INT8_MAX_K);
@@ -113,8 +151,28 @@ static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
   return HM_OK;
 }
 
+/*
+ * W4A8 warps widen codes and (mxfp4) convert scales beside two units' sums: ptxas 13.0
+ * spills them in 512-thread CTAs (128 registers a thread; mxfp4 bm128 bn256 bk256 warps
+ * 4x4: 992 bytes, int4: 264) and, for mxfp4, with bk 256 (bm64 bn256 warps 2x4: 56 bytes).
+ */
+static hm_status check_w4a8_tuning(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const int fmt = hm_gemm_w4a8_format(&cfg->layer);
+  if (fmt == HM_W4_NONE || units_per_warp(t) < 2) return HM_OK;
+  if (hm_gemm_config_threads(cfg) > FIT_THREADS)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 GEMM: two units a warp in %d threads (at most %d: ptxas spills)",
+            hm_gemm_config_threads(cfg), FIT_THREADS);
+  if (fmt == HM_W4_E2M1 && t->bk > 128)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 mxfp4 GEMM: two units a warp with bk=%d (at most 128: ptxas spills)",
+            t->bk);
+  return HM_OK;
+}
+
 hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->mma == HM_MMA_WGMMA && hm_gemm_w4a8_format(&cfg->layer) != HM_W4_NONE)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 GEMM: no wgmma kernel, 4-bit weights run on the mma.sync one");
   if (t->mma == HM_MMA_WGMMA) return check_wgmma_tuning(cfg);
   if (t->bm == 8) HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: no swapped 8-row tile (bm=8)");
   if ((t->bk / 32) % t->warps_k != 0)
@@ -127,13 +185,14 @@ hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
             "W8A8 GEMM: warp tile %dx%d holds more than %d accumulators (and as many "
             "partial sums) per thread",
             t->bm / t->warps_m, t->bn / t->warps_n, MAX_UNITS_PER_WARP * 32);
-  return HM_OK;
+  return check_w4a8_tuning(cfg);
 }
 
 size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 32;
-  size_t stage = (size_t)t->bm * t->bk + bn_units * steps * 2048;
+  size_t stage =
+      (size_t)t->bm * t->bk + bn_units * steps * (unit_bytes(&cfg->layer) + mx_unit_bytes(&cfg->layer));
   stage = (stage + 127) / 128 * 128;
   const size_t pipe = stage * (size_t)t->stages;
   const size_t acc_rows = (size_t)hm_gemm_acc_rows(t);
@@ -169,6 +228,9 @@ void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {
   }
   if (k_scaled(&base->layer) && t->bk > 128) t->bk = 128;
   while (t->warps_k > 1 && (t->bk / 32) % t->warps_k != 0) t->warps_k /= 2;
+  /* W4A8 stages hold half the weight bytes: twice as many keep as many bytes in flight
+   * (fit_smem takes them back where shared memory runs out). */
+  if (hm_gemm_w4a8_format(&base->layer) != HM_W4_NONE) t->stages = t->stages * 2 > 8 ? 8 : t->stages * 2;
 }
 
 void hm_gemm_w8a8_name_tag(const hm_gemm_layer_part *l, char *buf, size_t len) {

@@ -62,14 +62,16 @@ static const kernel_body w8a8_bodies[] = {
 
 /*
  * The constants only the W8A8 kernel reads. It sums raw 8-bit codes (no groups, no zero
- * point) and its scales come in as the three flags.
+ * point) and its scales come in as the three flags; w4 names 4-bit weights it widens.
  */
 static void w8a8_constants(const hm_gemm_layer_part *l, char *buf, size_t len) {
   snprintf(buf, len,
            "  static constexpr bool a_int8 = %s;\n"
            "  static constexpr bool w_block = %s;\n"
-           "  static constexpr bool a_group = %s;\n",
-           tf(l->act == HM_I8), tf(l->group_n != 0), tf(l->act_scale == HM_ACT_SCALE_GROUP128));
+           "  static constexpr bool a_group = %s;\n"
+           "  static constexpr int w4 = %d;\n",
+           tf(l->act == HM_I8), tf(l->group_n != 0), tf(l->act_scale == HM_ACT_SCALE_GROUP128),
+           hm_gemm_w4a8_format(l));
 }
 
 hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {

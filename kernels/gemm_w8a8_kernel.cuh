@@ -9,11 +9,18 @@
 //
 // C adds to the weight-only constants (bits 8, group 0): a_int8 (else fp8 e4m3), w_block
 // (f32 weight scales per 128x128 block, else per channel), a_group (activation scales per
-// row and 128 columns, else per row).
+// row and 128 columns, else per row), w4 (W4A8: 4-bit weights widened to 8 bits in
+// registers, hm_w4a8_codes.cuh; HM_W4_NONE for 8-bit ones).
+//
+// W4A8 int4 is the int8 kernel on half-size units. W4A8 mxfp4 (e2m1, e8m0 scales per 32
+// along K) folds each k32 step's MMA into the accumulators with its column's power of two
+// in f32, which is exact for any scale; folding the scale into the widened e4m3 code would
+// lose the codes past e4m3's range (2^-9..448), so adversarial scales would not survive it.
 #pragma once
 
 #include "gemm_kernel.cuh"
 #include "hm_mma8.cuh"
+#include "hm_w4a8_codes.cuh"
 
 template <class C>
 struct hm_w8_traits : hm_gemm_traits<C> {
@@ -21,11 +28,15 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int steps = C::bk / 32;  // k32 steps a stage
   static constexpr int wk_steps = steps / C::warps_k;
   static constexpr int k16 = (C::k + 31) / 32;  // k32 steps of the weights (the name hm_load_b reads)
-  static constexpr int unit_bytes = 32 * 64;    // a 32 (k) x 64 (n) unit of 8-bit codes
+  static constexpr int unit_bytes = C::w4 ? 32 * 64 / 2 : 32 * 64;  // a 32 (k) x 64 (n) unit of codes
+  static constexpr bool mx = C::w4 == HM_W4_E2M1;
+  static constexpr int mx_unit_bytes = 64;  // e8m0 scales of a unit's 64 columns at one k32 step
   static constexpr int a_bytes = C::bm * C::bk;
   static constexpr int b_off = a_bytes;
   static constexpr int b_bytes = G::bn_units * steps * unit_bytes;
-  static constexpr int stage_bytes = (b_off + b_bytes + 127) / 128 * 128;
+  static constexpr int s_off = b_off + b_bytes;
+  static constexpr int s_bytes = mx ? G::bn_units * steps * mx_unit_bytes : 0;
+  static constexpr int stage_bytes = (s_off + s_bytes + 127) / 128 * 128;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   static constexpr int pipe_or_red = pipe_bytes > G::red_bytes ? pipe_bytes : G::red_bytes;
   static constexpr int smem_bytes =
@@ -38,6 +49,10 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static_assert(steps % C::warps_k == 0, "warps_k must divide bk/32");
   static_assert(!k_scaled || 128 % C::bk == 0, "a stage must lie in one 128-wide K scale block");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
+  static_assert(!mx || (!C::a_int8 && !C::w_block && C::k % 32 == 0), "mxfp4: fp8 A, e8m0 scales per 32");
+  // What the f32 sums still carry: int4 codes enter as 16 q (its transform divides the
+  // channel scales by 16); e2m1 codes as 2^-6 times their value, e8m0 scales as 2^(x - 126).
+  static constexpr float w_factor = mx ? 32.0f : 1.0f;
 };
 
 template <bool INT8>
@@ -69,11 +84,51 @@ __device__ __forceinline__ void hm_w8_load_a(const hm_gemm_params &p, int kt, un
                                                  [](int r, int ch) { return hm_w8_a_offset<C>(r, ch); });
 }
 
+// mxfp4: the e8m0 scales of the tile's units for k-tile kt, laid out like the units
+// ((E, N/64, K/32) of 64 bytes, transform_w4a8.cuh).
+template <class C>
+__device__ __forceinline__ void hm_w4_load_mx_scales(const hm_gemm_params &p, const hm_tile &tile, int kt,
+                                                     unsigned char *st) {
+  using T = hm_w8_traits<C>;
+  constexpr int unit_chunks = T::mx_unit_bytes / 16;
+  constexpr int col_chunks = T::steps * unit_chunks;
+  constexpr int total = T::bn_units * col_chunks;
+  const unsigned char *s = (const unsigned char *)p.scales;
+#pragma unroll
+  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
+    const int i = it * T::threads + (int)threadIdx.x;
+    if (total % T::threads == 0 || i < total) {
+      const int col = i / col_chunks, rem = i % col_chunks;
+      const int unit = tile.n_tile * T::bn_units + col;
+      const int k32 = kt * T::steps + rem / unit_chunks;
+      const bool ok = unit < T::n_units && k32 < T::k16;
+      const long long src =
+          (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * T::mx_unit_bytes + rem * 16;
+      hm_cp_async16(st + T::s_off + col * T::steps * T::mx_unit_bytes + rem * 16, ok ? s + src : s, ok);
+    }
+  }
+}
+
 template <class C>
 __device__ __forceinline__ void hm_w8_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                  unsigned char *st, const int *a_row) {
   hm_w8_load_a<C>(p, kt, st, a_row);
   hm_load_b<C, hm_w8_traits<C>>(p, tile, kt, st);
+  if constexpr (hm_w8_traits<C>::mx) hm_w4_load_mx_scales<C>(p, tile, kt, st);
+}
+
+// The B fragment pair of n8 block j from a lane's words of one unit (8-bit: two words a
+// block; 4-bit: one word, widened).
+template <class C, int WORDS>
+__device__ __forceinline__ void hm_w8_b_frags(const hm_u32 (&w)[WORDS], int j, hm_u32 &b0, hm_u32 &b1) {
+  if constexpr (C::w4 == HM_W4_INT4) {
+    hm_w4_widen_i4(w[j], &b0, &b1);
+  } else if constexpr (C::w4 == HM_W4_E2M1) {
+    hm_w4_widen_e2m1(w[j], &b0, &b1);
+  } else {
+    b0 = w[2 * j];
+    b1 = w[2 * j + 1];
+  }
 }
 
 // The warp's k32 steps of one stage into its partial sums.
@@ -93,13 +148,68 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
     }
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) {
-      // Word 2j: k 4t..4t+3 of column j*8+g; word 2j+1: k 16+4t.. (transform_w8.cuh).
-      hm_u32 w[16];
-      hm_load_lane_words<16>(w, st + T::b_off + ((wn * T::nu + u) * T::steps + s) * T::unit_bytes, lane);
+      // Word 2j: k 4t..4t+3 of column j*8+g; word 2j+1: k 16+4t.. (transform_w8.cuh); 4-bit
+      // units hold both in word j (transform_w4a8.cuh).
+      constexpr int words = C::w4 ? 8 : 16;
+      hm_u32 w[words];
+      hm_load_lane_words<words>(w, st + T::b_off + ((wn * T::nu + u) * T::steps + s) * T::unit_bytes, lane);
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j) {
+        hm_u32 b0, b1;
+        hm_w8_b_frags<C>(w, j, b0, b1);
 #pragma unroll
-        for (int m = 0; m < T::mi; ++m) hm_mma_16832(part[u][m][j], af[m], w[2 * j], w[2 * j + 1]);
+        for (int m = 0; m < T::mi; ++m) hm_mma_16832(part[u][m][j], af[m], b0, b1);
+      }
+    }
+  }
+}
+
+// The column scales of n8 block j at one k32 step: bytes 2j, 2j+1 of the lane's 16
+// (columns j*8 + 2t, j*8 + 2t + 1), as 2^(x - 126).
+__device__ __forceinline__ void hm_w4_mx_col_scales(const uint4 &sc, int j, float &s0, float &s1) {
+  const hm_u32 word = j < 4 ? (j < 2 ? sc.x : sc.y) : (j < 6 ? sc.z : sc.w);
+  const hm_u32 pair = word >> (16 * (j & 1));
+  s0 = __uint_as_float(hm_w4_e8m0_bits_x2(pair & 0xffu));
+  s1 = __uint_as_float(hm_w4_e8m0_bits_x2((pair >> 8) & 0xffu));
+}
+
+// mxfp4: the warp's k32 steps of one stage, each MMA's sums folded into acc with its
+// columns' scales (and the rows' 1x128 scales ra) right away.
+template <class C>
+__device__ __forceinline__ void hm_w4_mx_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
+                                               const float (&ra)[hm_w8_traits<C>::mi][2], hm_acc_t<C> &acc) {
+  using T = hm_w8_traits<C>;
+  const unsigned a_base = hm_smem_addr(st);
+#pragma unroll
+  for (int ss = 0; ss < T::wk_steps; ++ss) {
+    const int s = wk * T::wk_steps + ss;
+    hm_u32 af[T::mi][4];
+#pragma unroll
+    for (int m = 0; m < T::mi; ++m) {
+      const int r = wm * T::wtm + m * 16 + (lane & 15);
+      hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
+    }
+#pragma unroll
+    for (int u = 0; u < T::nu; ++u) {
+      const int us = (wn * T::nu + u) * T::steps + s;
+      hm_u32 w[8];
+      hm_load_lane_words<8>(w, st + T::b_off + us * T::unit_bytes, lane);
+      const uint4 sc = *(const uint4 *)(st + T::s_off + us * T::mx_unit_bytes + (lane & 3) * 16);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        hm_u32 b0, b1;
+        hm_w8_b_frags<C>(w, j, b0, b1);
+        float s2[2];
+        hm_w4_mx_col_scales(sc, j, s2[0], s2[1]);
+#pragma unroll
+        for (int m = 0; m < T::mi; ++m) {
+          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          hm_mma_16832(d, af[m], b0, b1);
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            acc[u][m][j][c] += d[c] * (C::a_group ? s2[c & 1] * ra[m][c >> 1] : s2[c & 1]);
+        }
+      }
     }
   }
 }
@@ -113,13 +223,11 @@ __device__ __forceinline__ float hm_w8_row_scale(const hm_gemm_params &p, const 
   return p.a_scale[row];
 }
 
-// acc += part * (the K-varying scales of K block kb); part = 0.
+// The 1x128 scales of K block kb of the thread's accumulator rows (1 for per-token ones).
 template <class C>
-__device__ __forceinline__ void hm_w8_fold(const hm_gemm_params &p, const hm_tile &tile, int kb,
-                                           const int *a_row, int wm, int wn, int lane, hm_w8_part_t<C> &part,
-                                           hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_w8_k_row_scales(const hm_gemm_params &p, const int *a_row, int kb, int wm,
+                                                   int lane, float (&ra)[hm_w8_traits<C>::mi][2]) {
   using T = hm_w8_traits<C>;
-  float ra[T::mi][2];
 #pragma unroll
   for (int m = 0; m < T::mi; ++m)
 #pragma unroll
@@ -127,6 +235,16 @@ __device__ __forceinline__ void hm_w8_fold(const hm_gemm_params &p, const hm_til
       const int r = wm * T::wtm + m * 16 + (lane >> 2) + 8 * h;
       ra[m][h] = C::a_group ? hm_w8_row_scale<C, true>(p, a_row, r, kb) : 1.0f;
     }
+}
+
+// acc += part * (the K-varying scales of K block kb); part = 0.
+template <class C>
+__device__ __forceinline__ void hm_w8_fold(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                           const int *a_row, int wm, int wn, int lane, hm_w8_part_t<C> &part,
+                                           hm_acc_t<C> &acc) {
+  using T = hm_w8_traits<C>;
+  float ra[T::mi][2];
+  hm_w8_k_row_scales<C>(p, a_row, kb, wm, lane, ra);
 #pragma unroll
   for (int u = 0; u < T::nu; ++u) {
     float ws = 1.0f;
@@ -168,8 +286,8 @@ __device__ __forceinline__ void hm_w8_finish(const hm_gemm_params &p, const hm_t
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int col = tile.n_tile * C::bn + wn * T::wtn + u * 64 + j * 8 + (lane & 3) * 2;
-      float w0 = 1.0f, w1 = 1.0f;
-      if constexpr (!C::w_block) {
+      float w0 = T::w_factor, w1 = T::w_factor;
+      if constexpr (!C::w_block && !T::mx) {
         w0 = col < C::n ? ws[col] : 0.0f;  // N is even: col + 1 < N with col
         w1 = col < C::n ? ws[col + 1] : 0.0f;
       }
@@ -178,6 +296,23 @@ __device__ __forceinline__ void hm_w8_finish(const hm_gemm_params &p, const hm_t
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[u][m][j][c] *= ra[m][c >> 1] * (c & 1 ? w1 : w0);
     }
+}
+
+// The MMAs of k-tile kt, staged at st, into part (scaled into acc where the scales change
+// along K) or, for mxfp4, straight into acc.
+template <class C>
+__device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_tile &tile, int kt,
+                                              const unsigned char *st, const int *a_row, int wm, int wn,
+                                              int wk, int lane, hm_w8_part_t<C> &part, hm_acc_t<C> &acc) {
+  using T = hm_w8_traits<C>;
+  if constexpr (T::mx) {
+    float ra[T::mi][2];
+    hm_w8_k_row_scales<C>(p, a_row, kt * C::bk / 128, wm, lane, ra);
+    hm_w4_mx_stage<C>(st, wm, wn, wk, lane, ra, acc);
+  } else {
+    hm_w8_compute_stage<C>(st, wm, wn, wk, lane, part);
+    if constexpr (T::k_scaled) hm_w8_fold<C>(p, tile, kt * C::bk / 128, a_row, wm, wn, lane, part, acc);
+  }
 }
 
 // Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), scales applied. Leaves
@@ -210,10 +345,10 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
     if (next < count)
       hm_w8_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
-    hm_w8_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, wk, lane, part);
-    if constexpr (T::k_scaled) hm_w8_fold<C>(p, tile, (kb + i) * C::bk / 128, a_row, wm, wn, lane, part, acc);
+    hm_w8_consume<C>(p, tile, kb + i, smem + (i % C::stages) * T::stage_bytes, a_row, wm, wn, wk, lane, part,
+                     acc);
   }
-  if constexpr (!T::k_scaled) hm_w8_fold<C>(p, tile, 0, a_row, wm, wn, lane, part, acc);
+  if constexpr (!T::k_scaled && !T::mx) hm_w8_fold<C>(p, tile, 0, a_row, wm, wn, lane, part, acc);
   hm_w8_finish<C>(p, tile, a_row, wm, wn, lane, acc);
   hm_cp_async_wait<0>();
   __syncthreads();

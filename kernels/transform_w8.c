@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "kernels/transform_w4a8.h"
 
 /* Mirrors struct hm_w8_transform_params of transform_w8.cuh. */
 typedef struct w8_transform_params {
@@ -25,7 +26,10 @@ bool hm_transform_is_w8(const hm_transform_desc *d) {
 
 static hm_status check_desc(const hm_transform_desc *d) {
   if (d->weight != HM_I8 && d->weight != HM_F8E4M3)
-    HM_FAIL(HM_UNSUPPORTED, "W8A8 transform: weight type %s (i8 or f8e4m3)", hm_dtype_name(d->weight));
+    HM_FAIL(HM_UNSUPPORTED,
+            "W8A8 transform: weight type %s with %s activations (i8 or f8e4m3; W4A8: i4 x i8, "
+            "f4e2m1 x f8e4m3)",
+            hm_dtype_name(d->weight), hm_dtype_name(d->act));
   if (d->scale != HM_F16 && d->scale != HM_BF16 && d->scale != HM_F32)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 transform: scale type %s", hm_dtype_name(d->scale));
   if (d->n <= 0 || d->k <= 0 || d->experts <= 0 || d->k % 16 != 0)
@@ -45,6 +49,7 @@ static int64_t scales_per_expert(const hm_transform_desc *d) {
 }
 
 hm_status hm_transform_w8_sizes_of(const hm_transform_desc *d, hm_transform_sizes *out) {
+  if (hm_transform_is_w4a8(d)) return hm_transform_w4a8_sizes_of(d, out);
   HM_CHECK(check_desc(d));
   const int64_t n_units = (d->n + 63) / 64, k32 = (d->k + 31) / 32, e = d->experts;
   out->weight_bytes = (size_t)(e * n_units * k32) * 2048;
@@ -59,6 +64,7 @@ static int scale_in_code(hm_dtype scale) {
 }
 
 hm_status hm_transform_w8_gen(const hm_transform_desc *d, hm_gemm_source *out) {
+  if (hm_transform_is_w4a8(d)) return hm_transform_w4a8_gen(d, out);
   HM_CHECK(check_desc(d));
   const int scale_in = scale_in_code(d->scale);
   snprintf(out->name, sizeof(out->name), "hm_transform_w8_s%d", scale_in);
@@ -81,6 +87,7 @@ hm_status hm_transform_w8_gen(const hm_transform_desc *d, hm_gemm_source *out) {
 
 hm_status hm_transform_w8_run(hm_engine *engine, const hm_transform_desc *d, const hm_transform_buffers *b,
                               hm_stream *stream) {
+  if (hm_transform_is_w4a8(d)) return hm_transform_w4a8_run(engine, d, b, stream);
   HM_CHECK(check_desc(d));
   hm_gemm_source src;
   memset(&src, 0, sizeof(src));

@@ -148,7 +148,7 @@ static void unsupported_configs_are_refused(void **state) {
   bad.layer.n = 4096 + 64; /* blocks of 128 rows */
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
   bad = c;
-  bad.layer.weight = HM_I4; /* W4A8 */
+  bad.layer.weight = HM_I4; /* W4A8 int4 takes int8 activations */
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
   assert_non_null(strstr(hm_last_error(), "W4A8"));
   /* The wgmma kernel: sm_90a only, bk 128, partial sums beside the accumulators. */
@@ -222,7 +222,7 @@ static void transform_sizes_follow_the_layouts(void **state) {
   d.k = 600; /* A and weight rows are moved in 16-byte pieces */
   assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_INVALID_ARGUMENT);
   d.k = 592;
-  d.weight = HM_I4; /* W4A8 */
+  d.weight = HM_U4; /* no 8-bit activation kernel (W4A8 is i4 x i8: test_gemm_w4a8_nvrtc.c) */
   assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_UNSUPPORTED);
 }
 

@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Every W4A8 GEMM variant compiles with NVRTC: int4 x int8 (sm_80, sm_89, sm_90a) and
+ * mxfp4 x fp8 e4m3 (sm_89, sm_90a), each with per-token or 1x128 activation scales, f16 or
+ * bf16 output, bias; every GEMM type (each plan entry of one, the first and last entries
+ * of the others) and the transform kernels. Also the plans (mma.sync only: W4A8 has no
+ * wgmma kernel), the refusals (nvfp4, fp8 before sm_89, a forced wgmma tile), the kernel
+ * names and the transform's sizes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "heuristics/choose.h"
+#include "heuristics/choose_model.h"
+#include "heuristics/device_profile.h"
+#include "hm_test.h"
+#include "kernels/gemm_config_w8a8.h"
+#include "kernels/gemm_select.h"
+#include "kernels/transform.h"
+#include "model_presets.h"
+#include "test_gemm_compile.h"
+
+typedef struct variant {
+  hm_dtype weight; /* HM_I4 (int8 activations) or HM_F4E2M1 (mxfp4, fp8 activations) */
+  hm_act_scale_kind act_scale;
+  hm_dtype out;
+  bool bias;
+} variant;
+
+static const variant variants[] = {
+    {HM_F4E2M1, HM_ACT_SCALE_TOKEN, HM_BF16, false},
+    {HM_F4E2M1, HM_ACT_SCALE_GROUP128, HM_F16, true},
+    {HM_I4, HM_ACT_SCALE_TOKEN, HM_BF16, true},
+    {HM_I4, HM_ACT_SCALE_GROUP128, HM_F16, false},
+};
+
+static hm_quant_format format_of(hm_dtype weight) {
+  if (weight == HM_F4E2M1) return (hm_quant_format){HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 32, 0, false, false};
+  return (hm_quant_format){HM_I4, HM_F32, HM_SCALE_CHANNEL, 0, 0, false, false};
+}
+
+static hm_layer_config layer_of(const variant *v, int64_t experts) {
+  hm_layer_config c = HM_LAYER_CONFIG_INIT;
+  c.n = 4096 + 512;
+  c.k = 7168;
+  c.experts = experts;
+  c.scheme.weight = format_of(v->weight);
+  c.scheme.act = v->weight == HM_I4 ? HM_I8 : HM_F8E4M3;
+  c.scheme.act_scale = v->act_scale;
+  c.out = v->out;
+  c.bias = v->bias;
+  return c;
+}
+
+static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  return plan;
+}
+
+static bool arch_takes(const variant *v, int arch) {
+  return arch >= (v->weight == HM_I4 ? 80 : 89);
+}
+
+static void every_variant_compiles(void **state) {
+  (void)state;
+  static tg_batch b;
+  const int archs[] = {80, 89, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
+    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
+      if (!arch_takes(&variants[i], archs[a])) continue;
+      const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64);
+      const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
+      for (int t = 0; t < 4; t++) {
+        if ((t == HM_GEMM_DENSE) != (lc.experts == 1)) continue;
+        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+        for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) tg_add_gemm(&b, &plan.cfg[j]);
+        if (t != (int)own) tg_add_gemm(&b, &plan.cfg[plan.count - 1]);
+      }
+    }
+    hm_transform_desc d = {
+        .weight = HM_I4, .scale = HM_BF16, .act = HM_I8, .n = 128, .k = 128, .experts = 1, .arch = archs[a]};
+    tg_add_transform(&b, &d);
+    if (archs[a] < 89) continue;
+    d = (hm_transform_desc){.weight = HM_F4E2M1,
+                            .scale = HM_E8M0,
+                            .act = HM_F8E4M3,
+                            .group = 32,
+                            .n = 128,
+                            .k = 128,
+                            .experts = 1,
+                            .arch = archs[a]};
+    tg_add_transform(&b, &d);
+  }
+  tg_compile_all(b.src, b.count, "W4A8 GEMM and transform");
+}
+
+/* The heuristics' plans of DeepSeek-V3's expert layers on H200 and L40S: legal, mma.sync,
+ * and their distinct tiles compile (the layer's default plan source is the heuristic one). */
+static void heuristic_plans_compile(void **state) {
+  (void)state;
+  static tg_batch b;
+  static char seen[TG_BATCH_MAX][256];
+  const char *const profiles[] = {"h200", "l40s"};
+  const char *const quants[] = {"w4a8-mxfp4", "w4a8-int4"};
+  hm_model_preset preset;
+  HM_ASSERT_OK(hm_model_preset_get("deepseek-v3", &preset));
+  for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
+    hm_device_profile prof;
+    HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &prof));
+    for (size_t q = 0; q < HM_ARRAY_SIZE(quants); q++) {
+      hm_quant_scheme scheme;
+      hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+      int count = 0;
+      HM_ASSERT_OK(hm_quant_scheme_parse(quants[q], &scheme));
+      HM_ASSERT_OK(hm_choose_model_layers(&preset, &scheme, 1, 1, layers, &count));
+      for (int l = 0; l < count; l++) {
+        if (layers[l].config.experts == 1) continue;
+        hm_gemm_plan plan;
+        HM_ASSERT_OK(hm_choose_plan(&layers[l].config, HM_GEMM_GROUPED_MASKED, &prof, &plan));
+        for (int i = 0; i < plan.count; i++) {
+          HM_ASSERT_OK(hm_gemm_config_check(&plan.cfg[i]));
+          assert_int_equal(plan.cfg[i].tuning.mma, HM_MMA_SYNC);
+          char name[256];
+          hm_gemm_config_name(&plan.cfg[i], name, sizeof(name));
+          bool dup = false;
+          for (int j = 0; j < b.count && !dup; j++) dup = strcmp(seen[j], name) == 0;
+          if (dup) continue;
+          snprintf(seen[b.count], sizeof(seen[0]), "%s", name);
+          tg_add_gemm(&b, &plan.cfg[i]);
+        }
+      }
+    }
+  }
+  tg_compile_all(b.src, b.count, "W4A8 heuristic-plan");
+}
+
+/* mma.sync at every M, on sm_90 too; twice the W8A8 stages where shared memory allows. */
+static void plans_are_mma_sync(void **state) {
+  (void)state;
+  const int archs[] = {89, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
+    for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++)
+      for (int t = 0; t < 4; t++) {
+        const int64_t experts = t == HM_GEMM_DENSE ? 1 : 8;
+        const hm_layer_config lc = layer_of(&variants[i], experts);
+        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+        assert_true(plan.count >= 1 && plan.m_hi[plan.count - 1] == INT64_MAX);
+        for (int j = 0; j < plan.count; j++) {
+          const hm_gemm_config *c = &plan.cfg[j];
+          HM_ASSERT_OK(hm_gemm_config_check(c));
+          assert_int_equal(c->tuning.mma, HM_MMA_SYNC);
+          assert_true(c->tuning.bm >= 16);
+          if (variants[i].act_scale == HM_ACT_SCALE_GROUP128) assert_int_equal(128 % c->tuning.bk, 0);
+        }
+      }
+}
+
+static hm_gemm_config decode_config(const variant *v, int arch) {
+  const hm_layer_config lc = layer_of(v, 1);
+  hm_gemm_config base, c;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, arch, &base));
+  HM_ASSERT_OK(hm_gemm_select(&base, 1, &c));
+  return c;
+}
+
+static void unsupported_configs_are_refused(void **state) {
+  (void)state;
+  hm_gemm_config c = decode_config(&variants[0], 90), bad = c;
+  bad.arch = 80; /* fp8 MMA from sm_89 */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "sm_89"));
+  bad = c;
+  bad.tuning = (hm_gemm_tuning){.bm = 64,
+                                .bn = 128,
+                                .bk = 128,
+                                .warps_m = 1,
+                                .warps_n = 8,
+                                .warps_k = 1,
+                                .stages = 4,
+                                .ctas_per_sm = 1,
+                                .mma = HM_MMA_WGMMA};
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "no wgmma kernel"));
+  bad = c;
+  bad.layer.k = 7168 + 16; /* e8m0 scales per 32 */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  bad = c;
+  bad.layer.weight = HM_I4; /* int4 takes int8 activations */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  /* nvfp4: e4m3 scales per 16 inside a k32 MMA. */
+  hm_layer_config lc = layer_of(&variants[0], 1);
+  lc.scheme.weight = (hm_quant_format){HM_F4E2M1, HM_F8E4M3, HM_SCALE_GROUP, 16, 0, false, true};
+  hm_gemm_config base;
+  assert_int_equal(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "nvfp4"));
+  hm_transform_desc d = hm_transform_desc_of(&lc, 90);
+  hm_transform_sizes sz;
+  assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "nvfp4"));
+  /* int4 s32 sums of 16 q a: K up to 131072. */
+  lc = layer_of(&variants[2], 1);
+  lc.k = 262144;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base));
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+}
+
+/* The weight format is in the name, and differs from the W8A8 kernel's of the same shape. */
+static void names_show_the_weight_format(void **state) {
+  (void)state;
+  char name[256];
+  hm_gemm_config c = decode_config(&variants[0], 90);
+  hm_gemm_config_name(&c, name, sizeof(name));
+  assert_non_null(strstr(name, "f4e2m1_g32"));
+  c = decode_config(&variants[2], 89);
+  hm_gemm_config_name(&c, name, sizeof(name));
+  assert_non_null(strstr(name, "_i4_ch"));
+}
+
+/* Units of 32x64 codes (1024 bytes) over N padded to 64 and K to 32; scales per layout. */
+static void transform_sizes_follow_the_layouts(void **state) {
+  (void)state;
+  hm_transform_desc d = {.weight = HM_F4E2M1,
+                         .scale = HM_E8M0,
+                         .act = HM_F8E4M3,
+                         .group = 32,
+                         .n = 200,
+                         .k = 608,
+                         .experts = 3,
+                         .arch = 90};
+  hm_transform_sizes sz;
+  HM_ASSERT_OK(hm_transform_sizes_of(&d, &sz));
+  assert_int_equal(sz.weight_bytes, 3 * 4 * 19 * 1024);
+  assert_int_equal(sz.in_weight_bytes, 3 * 200 * 608 / 2);
+  assert_int_equal(sz.scale_bytes, 3 * 4 * 19 * 64);
+  assert_int_equal(sz.in_scale_bytes, 3 * 200 * 19);
+  d = (hm_transform_desc){
+      .weight = HM_I4, .scale = HM_BF16, .act = HM_I8, .n = 200, .k = 592, .experts = 1, .arch = 80};
+  HM_ASSERT_OK(hm_transform_sizes_of(&d, &sz));
+  assert_int_equal(sz.weight_bytes, 4 * 19 * 1024);
+  assert_int_equal(sz.in_weight_bytes, 200 * 592 / 2);
+  assert_int_equal(sz.scale_bytes, 200 * 4);
+  assert_int_equal(sz.in_scale_bytes, 200 * 2);
+  d.k = 600; /* A rows are moved in 16-byte pieces */
+  assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(plans_are_mma_sync),           cmocka_unit_test(unsupported_configs_are_refused),
+      cmocka_unit_test(names_show_the_weight_format), cmocka_unit_test(transform_sizes_follow_the_layouts),
+      cmocka_unit_test(every_variant_compiles),       cmocka_unit_test(heuristic_plans_compile),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_shutdown();
+  return rc;
+}

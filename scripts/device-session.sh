@@ -9,7 +9,8 @@
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
-# fp8shapes (the fp8 shapes issue #8 sets targets on), sass (SASS of cached kernels named
+# fp8shapes (the fp8 shapes issue #8 sets targets on; FP8_PLAN=all compares the plans),
+# w4a8 (W4A8 next to W8A8 on masked decode), sass (SASS of cached kernels named
 # by $SASS, run after the phases that compile them).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
@@ -47,7 +48,7 @@ bench="$BUILD/humming-moe-bench"
 mpi1="mpirun --allow-run-as-root -np 1"
 
 if has tests; then
-  step gpu-tests "${TESTS_LIMIT:-330}" ctest --test-dir "$BUILD" -L gpu -R "${GPU_TESTS:-.}" --timeout 300 \
+  step gpu-tests "${TESTS_LIMIT:-330}" ctest --test-dir "$BUILD" -L gpu -R "${GPU_TESTS:-.}" --timeout "${TEST_TIMEOUT:-300}" \
     --output-on-failure -V
   grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$LOGS/gpu-tests.log" | tee -a "$summary"
 fi
@@ -76,9 +77,22 @@ fi
 if has fp8shapes; then
   for g in gate_up down; do
     step "fp8-groups-$g" 150 "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 \
-      --layout contiguous --gemm "$g" --m 32768 --baseline torch --json "$LOGS/fp8-groups-$g.json"
+      --layout contiguous --gemm "$g" --m 32768 --baseline torch --plan "${FP8_PLAN:-auto}" \
+      --json "$LOGS/fp8-groups-$g.json"
     step "fp8-masked-$g" 150 "$bench" kernel --model deepseek-v3 --quant w8a8-fp8 --layout masked --gemm "$g" \
-      --m "${MASKED_M:-1,16,64,256,1024}" --baseline torch --json "$LOGS/fp8-masked-$g.json"
+      --m "${MASKED_M:-1,16,64,256,1024}" --baseline torch --plan "${FP8_PLAN:-auto}" \
+      --json "$LOGS/fp8-masked-$g.json"
+  done
+fi
+
+# W4A8 against W8A8 on the same grouped-masked decode shapes (issue #8: MXFP4 at <= 16 rows
+# an expert at least 1.3x the fp8 kernel), our own kernels only.
+if has w4a8; then
+  for q in ${W4A8_QUANTS:-w4a8-mxfp4 w8a8-fp8}; do
+    for g in ${W4A8_GEMMS:-gate_up down}; do
+      step "w4a8-$q-$g" 120 "$bench" kernel --model deepseek-v3 --quant "$q" --layout masked --gemm "$g" \
+        --m "${W4A8_M:-1,4,16,64}" --baseline none --json "$LOGS/w4a8-$q-$g.json"
+    done
   done
 fi
 
@@ -135,7 +149,7 @@ if has sass; then
   done
 fi
 
-for f in "$LOGS"/kernel-*.log "$LOGS"/w8a8-*.log "$LOGS"/fp8-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
+for f in "$LOGS"/kernel-*.log "$LOGS"/w8a8-*.log "$LOGS"/fp8-*.log "$LOGS"/w4a8-*.log "$LOGS"/layer-*.log "$LOGS"/plan-*.log "$LOGS"/comm.log "$LOGS"/e2e.log; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f")"
   grep -vE "^# (timing|rank|roofline)" "$f" | grep -E "^#|^ +[0-9]" | tail -14

@@ -17,6 +17,8 @@
 #define REGS_PER_SM 65536
 /* Registers a GEMM thread needs beside its accumulators: addresses, fragments, dequant. */
 #define BASE_REGS_PER_THREAD 64
+/* What a warp-specialized kernel's producer threads keep (gemm_w8a8_ws.cuh). */
+#define WS_PRODUCER_REGS 56
 
 static const int bms[] = {8, 16, 32, 64, 128, 256};
 static const int bns[] = {64, 128, 256};
@@ -84,7 +86,11 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
   const int acc_regs = t->mma == HM_MMA_WGMMA
                            ? hm_gemm_wgmma_sum_regs(cfg)
                            : (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64) * 32;
-  return (BASE_REGS_PER_THREAD + acc_regs) * threads * t->ctas_per_sm <= REGS_PER_SM;
+  /* A warp-specialized kernel's producer warpgroup gives its registers to the consumers
+   * (setmaxnreg): only the consumers need room for the sums. */
+  const int producers = t->ws ? HM_GEMM_PRODUCER_THREADS : 0;
+  const int regs = (BASE_REGS_PER_THREAD + acc_regs) * (threads - producers) + WS_PRODUCER_REGS * producers;
+  return regs * t->ctas_per_sm <= REGS_PER_SM;
 }
 
 bool hm_choose_tuning_legal(const hm_gemm_config *base, const hm_gemm_tuning *tuning, const hm_device_profile *p) {
@@ -131,9 +137,11 @@ static hm_status push_tile(const hm_gemm_config *base, const hm_device_profile *
   return HM_OK;
 }
 
-/* Every wgmma tile, warpgroup grid, depth, schedule and occupancy. */
+/* Every wgmma tile, warpgroup grid, depth, schedule and occupancy; warp-specialized too
+ * (two warpgroups, one CTA an SM) for W8A8: the weight-only one waits for its measurement. */
 static hm_status push_wgmma(const hm_gemm_config *base, const hm_device_profile *p, hm_gemm_tuning **items,
                             int *count, int *cap) {
+  const bool ws_candidate = hm_gemm_is_w8a8(&base->layer);
   for (size_t m = 0; m < HM_ARRAY_SIZE(wgmma_bms); m++)
     for (size_t nn = 0; nn < HM_ARRAY_SIZE(bns); nn++)
       for (size_t k = 0; k < HM_ARRAY_SIZE(wgmma_bks); k++)
@@ -141,14 +149,15 @@ static hm_status push_wgmma(const hm_gemm_config *base, const hm_device_profile 
           for (size_t wn = 0; wn < HM_ARRAY_SIZE(wgmma_warps_n); wn++)
             for (size_t s = 0; s < HM_ARRAY_SIZE(wgmma_stage_counts); s++)
               for (int c = 1; c <= 2; c++)
-                for (int sk = 0; sk < 2; sk++) {
-                  const hm_gemm_tuning t = {.bm = wgmma_bms[m], .bn = bns[nn], .bk = wgmma_bks[k],
-                                            .warps_m = wgmma_warps_m[wm], .warps_n = wgmma_warps_n[wn],
-                                            .warps_k = 1, .stages = wgmma_stage_counts[s], .stream_k = sk == 1,
-                                            .sk_min_iters = sk == 1 ? sk_min_iters : 0, .ctas_per_sm = c,
-                                            .mma = HM_MMA_WGMMA};
-                  HM_CHECK(push_legal(base, p, &t, items, count, cap));
-                }
+                for (int sk = 0; sk < 2; sk++)
+                  for (int ws = 0; ws <= (ws_candidate && wgmma_warps_m[wm] * wgmma_warps_n[wn] == 8 && c == 1); ws++) {
+                    const hm_gemm_tuning t = {.bm = wgmma_bms[m], .bn = bns[nn], .bk = wgmma_bks[k],
+                                              .warps_m = wgmma_warps_m[wm], .warps_n = wgmma_warps_n[wn],
+                                              .warps_k = 1, .stages = wgmma_stage_counts[s], .stream_k = sk == 1,
+                                              .sk_min_iters = sk == 1 ? sk_min_iters : 0, .ctas_per_sm = c,
+                                              .mma = HM_MMA_WGMMA, .ws = ws == 1};
+                    HM_CHECK(push_legal(base, p, &t, items, count, cap));
+                  }
   return HM_OK;
 }
 

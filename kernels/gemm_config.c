@@ -121,6 +121,8 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
   HM_CHECK(t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_check(cfg) : check_warp_grid(cfg));
   if (t->stages < 2 || t->stages > 8) HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..8", t->stages);
   if (t->ctas_per_sm < 1 || t->ctas_per_sm > HM_GEMM_MAX_CTAS_PER_SM)
+  if (t->ws && t->mma != HM_MMA_WGMMA)
+    HM_FAIL(HM_UNSUPPORTED, "warp specialization is implemented for the wgmma kernels only");
     HM_FAIL(HM_INVALID_ARGUMENT, "ctas_per_sm=%d must be 1..%d", t->ctas_per_sm, HM_GEMM_MAX_CTAS_PER_SM);
   if (t->stream_k && (cfg->compute.batch_invariant || t->sk_min_iters < 1))
     HM_FAIL(HM_INVALID_ARGUMENT, "Stream-K needs sk_min_iters >= 1 (%d) and no batch invariance", t->sk_min_iters);
@@ -159,7 +161,7 @@ void hm_gemm_layer_key(const hm_gemm_config *cfg, char *buf, size_t len) {
   char group[16], w8a8[32];
   snprintf(group, sizeof(group), l->group ? "g%d" : "ch", l->group);
   hm_gemm_w8a8_name_tag(l, w8a8, sizeof(w8a8));
-  snprintf(buf, len, "%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s", hm_gemm_type_tag(cfg->compute.type),
+  snprintf(buf, len, "%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s%s", hm_gemm_type_tag(cfg->compute.type),
            hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, w8a8, hm_dtype_name(l->act),
            hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "", (long long)l->n,
            (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "");
@@ -169,14 +171,15 @@ void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_tuning *t = &cfg->tuning;
   char layer[160];
   hm_gemm_layer_key(cfg, layer, sizeof(layer));
-  snprintf(buf, len, "hm_gemm_%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s", layer, t->bm, t->bn, t->bk, t->warps_m,
-           t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp", t->stream_k ? t->sk_min_iters : 0,
-           t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
+  snprintf(buf, len, "hm_gemm_%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s%s", layer, t->bm, t->bn, t->bk,
+           t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",
+           t->stream_k ? t->sk_min_iters : 0, t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "",
+           t->ws ? "_ws" : "");
 }
 
 int hm_gemm_config_threads(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  return 32 * t->warps_m * t->warps_n * t->warps_k;
+  return 32 * t->warps_m * t->warps_n * t->warps_k + (t->ws ? HM_GEMM_PRODUCER_THREADS : 0);
 }
 
 int hm_gemm_acc_rows(const hm_gemm_tuning *t) { return t->bm == 8 ? 16 : t->bm; }

@@ -32,6 +32,8 @@ typedef struct hm_gemm_compute_part {
 #define HM_GEMM_MAX_CTAS_PER_SM 4
 
 /* The tensor-core instruction of the mainloop. */
+/* The producer warpgroup a warp-specialized kernel adds to its computing warps. */
+#define HM_GEMM_PRODUCER_THREADS 128
 typedef enum hm_gemm_mma {
   HM_MMA_SYNC = 0, /* mma.sync m16n8k16, sm_80+ (gemm_kernel.cuh) */
   HM_MMA_WGMMA = 1 /* wgmma m64nNk16, sm_90a only, weights as A from registers (gemm_wgmma_kernel.cuh) */
@@ -48,6 +50,8 @@ typedef struct hm_gemm_tuning {
   hm_gemm_mma mma;                /* wgmma: warps_n a multiple of 4 (a warpgroup), warps_k 1 */
 } hm_gemm_tuning;
 
+  bool ws;                        /* warp-specialized (wgmma): one more warpgroup loads the stages
+                                     that the warps_m x warps_n warps compute */
 typedef struct hm_gemm_config {
   hm_gemm_layer_part layer;
   hm_gemm_compute_part compute;

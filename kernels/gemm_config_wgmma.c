@@ -25,6 +25,18 @@ int hm_gemm_wgmma_sum_regs(const hm_gemm_config *cfg) {
   return hm_gemm_is_w8a8(&cfg->layer) ? 2 * acc : acc;
 }
 
+/* The warp-specialized kernels (gemm_ws_pipe.cuh) split the SM's registers between their
+ * producer and two consumer warpgroups: one CTA an SM, 8 computing warps. */
+static hm_status check_ws(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->warps_m * t->warps_n != 8 || t->ctas_per_sm != 1)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "warp-specialized wgmma: %dx%d warps and %d CTAs an SM (it needs two consumer warpgroups, "
+            "one CTA an SM)",
+            t->warps_m, t->warps_n, t->ctas_per_sm);
+  return HM_OK;
+}
+
 hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
   HM_CHECK_NOT_NULL(cfg);
   const hm_gemm_tuning *t = &cfg->tuning;
@@ -52,7 +64,7 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
             "wgmma tile %dx%d holds %d accumulators (and W8A8 stage partial sums) per thread (at most 128)",
             t->bm, t->bn, hm_gemm_wgmma_sum_regs(cfg));
   if (t->stages < 3) HM_FAIL(HM_INVALID_ARGUMENT, "wgmma kernels need stages >= 3, not %d", t->stages);
-  return HM_OK;
+  return t->ws ? check_ws(cfg) : HM_OK;
 }
 
 /* Activation tile, weight units, scales and zero points of a stage (hm_wg_traits). */
@@ -76,8 +88,16 @@ size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
   stage = (stage + 1023) / 1024 * 1024;
   const size_t pipe = stage * (size_t)t->stages;
   const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);
+  /* The weight-only warp-specialized kernel stages its tile in the output type (hm_wg_c_out). */
+  const size_t staged_out = (size_t)t->bm * ((size_t)t->bn * 2 + 4);
   const bool grouped =
       cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
-  return 1024 + (pipe > staged_c ? pipe : staged_c) + 3 * (size_t)t->bm * 4 + 4 +
-         (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+  const size_t tail = 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0); /* flag, prefix */
+  const size_t maps = 3 * (size_t)t->bm * 4;
+  /* Warp-specialized: the staged C tile beside the stages, barriers (full and empty a
+   * stage, two a map set), two map sets. */
+  if (t->ws)
+    return 1024 + pipe + (hm_gemm_is_w8a8(&cfg->layer) ? staged_c : staged_out) +
+           (2 * (size_t)t->stages + 4) * 8 + 2 * maps + tail;
+  return 1024 + (pipe > staged_c ? pipe : staged_c) + maps + tail;
 }

@@ -35,6 +35,7 @@ static const char *gen_template =
     "  static constexpr int sk_min_iters = %d;\n"
     "  static constexpr int bm = %d, bn = %d, bk = %d;\n"
     "  static constexpr int warps_m = %d, warps_n = %d, warps_k = %d, stages = %d;\n"
+    "  static constexpr bool ws = %s;\n"
     "%s"
     "};\n"
     "static_assert(sizeof(hm_gemm_params) == %zu, \"host and device disagree on hm_gemm_params\");\n"
@@ -59,12 +60,16 @@ static const kernel_body w8a8_bodies[] = {
     [HM_MMA_SYNC] = {"gemm_w8a8_kernel.cuh", "hm_w8_traits", "hm_w8_run"},
     [HM_MMA_WGMMA] = {"gemm_w8a8_wgmma.cuh", "hm_w8wg_traits", "hm_w8wg_run"},
 };
+/* Warp-specialized (wgmma only): W8A8, and the weight-only kernel. */
+static const kernel_body w8a8_ws_body = {"gemm_w8a8_ws.cuh", "hm_w8ws_traits", "hm_w8ws_run"};
+static const kernel_body ws_body = {"gemm_ws_wgmma.cuh", "hm_wgws_traits", "hm_wgws_run"};
 
 /*
  * The constants only the W8A8 kernel reads. It sums raw 8-bit codes (no groups, no zero
  * point) and its scales come in as the three flags; w4 names 4-bit weights it widens.
  */
-static void w8a8_constants(const hm_gemm_layer_part *l, char *buf, size_t len) {
+static void w8a8_constants(const hm_gemm_config *cfg, char *buf, size_t len) {
+  const hm_gemm_layer_part *l = &cfg->layer;
   snprintf(buf, len,
            "  static constexpr bool a_int8 = %s;\n"
            "  static constexpr bool w_block = %s;\n"
@@ -81,18 +86,20 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const hm_gemm_tuning *t = &cfg->tuning;
   const bool w8a8 = hm_gemm_is_w8a8(l), wgmma = t->mma == HM_MMA_WGMMA;
-  const kernel_body *body = w8a8 ? &w8a8_bodies[t->mma] : &bodies[t->mma];
+  const kernel_body *plain = w8a8 ? &w8a8_bodies[t->mma] : &bodies[t->mma];
+  const kernel_body *body = t->ws ? (w8a8 ? &w8a8_ws_body : &ws_body) : plain;
   char extra[256] = "";
-  if (w8a8) w8a8_constants(l, extra, sizeof(extra));
+  if (w8a8) w8a8_constants(cfg, extra, sizeof(extra));
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));
   const int threads = hm_gemm_config_threads(cfg);
   char *text = NULL;
   int len = asprintf(&text, gen_template, body->header, w8a8 ? 8 : hm_gemm_weight_bits(l->weight),
                      tf(l->act == HM_BF16), tf(l->out == HM_BF16), w8a8 ? 0 : l->group, tf(l->zero_point),
-                     w8a8 ? 0 : zero_const(l), tf(l->bias), tf(l->global_scale), (long long)l->n, (long long)l->k,
-                     (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k), t->sk_min_iters, t->bm, t->bn,
-                     t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, extra, sizeof(hm_gemm_kernel_params),
-                     body->traits, hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
+                     w8a8 ? 0 : zero_const(l), tf(l->bias), tf(l->global_scale), (long long)l->n,
+                     (long long)l->k, (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k),
+                     t->sk_min_iters, t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages,
+                     tf(t->ws), extra, sizeof(hm_gemm_kernel_params), body->traits,
+                     hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
                      hm_gemm_config_smem_bytes(cfg), threads, t->ctas_per_sm, out->name, body->run);
   if (len < 0) HM_FAIL(HM_OUT_OF_MEMORY, "generating the source of %s", out->name);
   out->text = text;

@@ -77,13 +77,11 @@ __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, co
   return tile;
 }
 
-// Thread r < map_rows fills row r of the tile's maps: A row, C row (-1: no row), row
-// scale. Rows past bm (the swapped tile's 8..15) have none.
-template <class C, class T = hm_gemm_traits<C>>
-__device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_tile &tile, int *a_row, int *c_row,
-                                             float *row_scale) {
-  const int r = threadIdx.x;
-  if (r >= T::map_rows) return;
+// Row r < map_rows of the tile's maps: A row, C row (-1: no row), row scale. Rows past
+// bm (the swapped tile's 8..15) have none.
+template <class C>
+__device__ __forceinline__ void hm_tile_row(const hm_gemm_params &p, const hm_tile &tile, int r, int *a_row,
+                                            int *c_row, float *row_scale) {
   int ar = -1, cr = -1;
   float scale = 1.0f;
   const int local = r < C::bm ? tile.row0 + r : 0x7fffffff;  // past every row count
@@ -106,6 +104,14 @@ __device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_t
   a_row[r] = ar;
   c_row[r] = cr;
   row_scale[r] = scale;
+}
+
+// Thread r < map_rows fills row r of the tile's maps.
+template <class C, class T = hm_gemm_traits<C>>
+__device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_tile &tile, int *a_row,
+                                             int *c_row, float *row_scale) {
+  const int r = threadIdx.x;
+  if (r < T::map_rows) hm_tile_row<C>(p, tile, r, a_row, c_row, row_scale);
 }
 
 // Stream-K: iterations [begin(c), begin(c+1)) of the split tiles go to CTA c.

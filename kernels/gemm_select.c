@@ -34,19 +34,19 @@ static bool swap_class_applies(const hm_gemm_config *base) {
 }
 
 static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
-  static const hm_gemm_tuning swap_decode = {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC};
+  static const hm_gemm_tuning swap_decode = {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false};
   if (cls == SWAP_CLASS) return swap_decode;
   static const hm_gemm_tuning fast[ROW_CLASS_COUNT] = {
-      {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
-      {32, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
-      {64, 256, 64, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC},
-      {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC},
+      {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+      {32, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+      {64, 256, 64, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+      {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false},
   };
   static const hm_gemm_tuning invariant_cfg[ROW_CLASS_COUNT] = {
-      {16, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC},
-      {32, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC},
-      {64, 128, 64, 1, 2, 1, 4, false, 0, 2, HM_MMA_SYNC},
-      {128, 256, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_SYNC},
+      {16, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC, false},
+      {32, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC, false},
+      {64, 128, 64, 1, 2, 1, 4, false, 0, 2, HM_MMA_SYNC, false},
+      {128, 256, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_SYNC, false},
   };
   return invariant ? invariant_cfg[cls] : fast[cls];
 }
@@ -66,15 +66,21 @@ static bool wgmma_class_applies(const hm_gemm_config *base) {
 }
 
 static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls) {
-  static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
+  static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* bk 128 over 4 stages beat bk 64 over 6 at every M from 256 to 16384 (N = K = 8192, H200,
    * docs/PERF.md 2026-12-03): half the k-iterations, each with its barrier. */
-  static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA};
+  static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* W8A8 keeps a stage's partial sums beside the accumulators: 64 columns a warpgroup, two
-   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. */
-  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA};
-  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA};
-  if (hm_gemm_is_w8a8(&base->layer)) return cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
+   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. Warp-specialized
+   * (gemm_w8a8_ws.cuh): a third warpgroup loads, and its C staging of its own leaves bm 128 four
+   * stages (fit_smem); a layer of 64 columns or fewer has one computing warpgroup, too few. */
+  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true};
+  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true};
+  if (hm_gemm_is_w8a8(&base->layer)) {
+    hm_gemm_tuning t = cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
+    t.ws = base->layer.n > 64;
+    return t;
+  }
   return cls == ROW_CLASS_COUNT - 1 ? large : mid;
 }
 

@@ -2,11 +2,23 @@
 // After the wgmma mainloop: Stream-K partials (flat per thread, so their layout does not
 // depend on the fragment order) and the store of C. The accumulators hold C^T in wgmma
 // fragments with permuted columns (hm_wg_column); they are staged in shared memory as
-// f32 [token][column], then each warp writes whole output rows: c = (acc * global_scale
-// + bias) * row_scale, as the mma.sync epilogue computes it.
+// [token][column] (f32, or the output type: hm_wg_c_f32, hm_wg_c_out), then each warp
+// writes whole output rows: c = (acc * global_scale + bias) * row_scale, as the mma.sync
+// epilogue computes it.
 #pragma once
 
 #include "gemm_wgmma_mainloop.cuh"
+#include "hm_mbarrier.cuh"
+
+// Synchronizes the warpgroups that compute the tile: the whole CTA, or with warp
+// specialization all but the producer warpgroup, which never waits for the epilogue.
+template <class C>
+__device__ __forceinline__ void hm_wg_sync() {
+  if constexpr (C::ws)
+    hm_named_sync(1, hm_wg_traits<C>::threads);
+  else
+    __syncthreads();
+}
 
 // A contributor's partial tile: [float4 q][thread], coalesced.
 template <class C>
@@ -53,7 +65,7 @@ __device__ __forceinline__ void hm_wg_stage_tile(unsigned char *stage, int wm, i
     }
 }
 
-// Writes the tile (all threads): stage, synchronize, copy rows out.
+// Writes the tile (all computing threads): stage, synchronize, copy rows out.
 template <class C>
 __device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const hm_tile &tile,
                                                  unsigned char *smem, const int *c_row,
@@ -61,7 +73,7 @@ __device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const 
                                                  const hm_wg_acc_t<C> &acc) {
   using T = hm_wg_traits<C>;
   hm_wg_stage_tile<C>(smem, wm, wn, wq, lane, acc);
-  __syncthreads();
+  hm_wg_sync<C>();
   const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
   hm_u32 *c = (hm_u32 *)p.c;
   const hm_u32 *bias = (const hm_u32 *)p.bias;
@@ -82,3 +94,74 @@ __device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const 
         hm_h2_from_f32<C::out_bf16>((v.x * gs + b0) * rs, (v.y * gs + b1) * rs);
   }
 }
+
+// The accumulators into a staging tile in the output type, bias and scales applied on the
+// way in, lanes paired as in hm_wg_stage_tile so that each writes one column pair.
+template <class C, int PITCH>
+__device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const hm_tile &tile,
+                                                unsigned char *stage, const float *row_scale, int wm, int wn,
+                                                int wq, int lane, const hm_wg_acc_t<C> &acc) {
+  using T = hm_wg_traits<C>;
+  const int odd = (lane >> 2) & 1, t = lane & 3;
+  const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
+#pragma unroll
+  for (int m = 0; m < T::mb; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = wn * T::wtn + m * 64 + hm_wg_column(wq, lane, h) - odd;
+      float b0 = 0.0f, b1 = 0.0f;
+      if constexpr (C::bias) {
+        const int n = tile.n_tile * C::bn + col;
+        if (n < C::n) {
+          const hm_u32 bb = ((const hm_u32 *)p.bias)[((long long)tile.e * C::n + n) >> 1];
+          b0 = hm_h_to_f32<C::out_bf16>(bb), b1 = hm_h_to_f32<C::out_bf16>(bb >> 16);
+        }
+      }
+#pragma unroll
+      for (int i = 2 * h; i < T::wtm / 2; i += 4) {
+        const float send = odd ? acc[m][i] : acc[m][i + 1];
+        const float recv = __shfl_xor_sync(0xffffffffu, send, 4);
+        const int token = wm * T::wtm + 8 * (i >> 2) + 2 * t + odd;
+        const float x = odd ? recv : acc[m][i], y = odd ? acc[m][i + 1] : recv;
+        const float rs = row_scale[token];
+        *(hm_u32 *)(stage + token * PITCH + col * 2) =
+            hm_h2_from_f32<C::out_bf16>((x * gs + b0) * rs, (y * gs + b1) * rs);
+      }
+    }
+}
+
+// How a kernel stages its output tile for the coalesced copy out. In f32, bias and scales
+// applied on the way out (the non-specialized kernels, whose drained ring holds it).
+template <class C>
+struct hm_wg_c_f32 {
+  static constexpr int bytes = hm_wg_traits<C>::c_bytes;
+  __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
+                                               unsigned char *smem, const int *c_row, const float *row_scale,
+                                               int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
+    hm_wg_store_tile<C>(p, tile, smem, c_row, row_scale, wm, wn, wq, lane, acc);
+  }
+};
+
+// In the output type: half the bytes, for a tile with shared memory of its own beside the
+// ring. A row pitch of an odd number of words keeps a warp's 4-byte writes (8 tokens x 4
+// column pairs) conflict-free.
+template <class C>
+struct hm_wg_c_out {
+  static constexpr int pitch = C::bn * 2 + 4;
+  static constexpr int bytes = C::bm * pitch;
+  __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
+                                               unsigned char *smem, const int *c_row, const float *row_scale,
+                                               int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
+    hm_wg_stage_out<C, pitch>(p, tile, smem, row_scale, wm, wn, wq, lane, acc);
+    hm_wg_sync<C>();
+    hm_u32 *c = (hm_u32 *)p.c;
+    constexpr int pairs = C::bn / 2;
+    for (int idx = threadIdx.x; idx < C::bm * pairs; idx += hm_wg_traits<C>::threads) {
+      const int r = idx / pairs, pc = idx % pairs;
+      const int col = tile.n_tile * C::bn + 2 * pc;
+      const int row = c_row[r];
+      if (row < 0 || col >= C::n) continue;
+      c[((long long)row * C::n + col) >> 1] = *(const hm_u32 *)(smem + r * pitch + pc * 4);
+    }
+  }
+};

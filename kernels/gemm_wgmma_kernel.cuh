@@ -38,94 +38,144 @@ __device__ __forceinline__ void hm_wg_segment(const hm_gemm_params &p, const hm_
   L::run(p, tile, kb, ke, smem, maps.a_row, at, acc);
 }
 
-template <class C>
+// O: how the tile is staged (hm_wg_c_f32, hm_wg_c_out).
+template <class C, class O>
 __device__ __forceinline__ void hm_wg_store(const hm_gemm_params &p, const hm_tile &tile, unsigned char *smem,
                                             const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                             const hm_wg_acc_t<C> &acc) {
-  hm_wg_store_tile<C>(p, tile, smem, maps.c_row, maps.row_scale, at.wm, at.wn, at.wq, at.lane, acc);
+  O::store(p, tile, smem, maps.c_row, maps.row_scale, at.wm, at.wn, at.wq, at.lane, acc);
+}
+
+// Where a segment's k-tiles sit in the Stream-K split: the CTAs holding the tile's first
+// and last k-iterations, and the partial slots of this CTA and of the first one. A CTA has
+// two: of the tile its range starts in (2c) and of a tile that starts in its range (2c+1),
+// so the other contributors use 2c. A whole tile has none. The walk works it out before
+// the mainloop: 64-bit divisions in the fixup would run beside the live accumulators.
+struct hm_wg_split {
+  int head, last;       // first and last contributing CTA
+  int slot, head_slot;  // partial slots of this CTA and of head
+};
+
+__device__ __forceinline__ hm_wg_split hm_wg_split_of(long long first_it, long long last_it, long long begin,
+                                                      long long iters, int ctas) {
+  hm_wg_split s;
+  s.head = hm_sk_owner(first_it, iters, ctas);
+  s.last = hm_sk_owner(last_it, iters, ctas);
+  s.slot = 2 * (int)blockIdx.x + (begin < first_it ? 1 : 0);
+  s.head_slot = 2 * s.head + (hm_sk_begin(s.head, iters, ctas) < first_it ? 1 : 0);
+  return s;
 }
 
 // A Stream-K piece of a tile, as hm_gemm_fixup: publish the partial; the last
 // contributor sums all of them in k order and stores the tile.
-template <class C>
-__device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_tile &tile, long long first_it,
-                                            long long iters, int ctas, unsigned char *smem,
+template <class C, class O>
+__device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_tile &tile,
+                                            const hm_wg_split &sk, unsigned char *smem,
                                             const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                             hm_wg_acc_t<C> &acc) {
   using T = hm_wg_traits<C>;
-  const int cta = blockIdx.x;
-  const int head = hm_sk_owner(first_it, iters, ctas);
-  const int last = hm_sk_owner(first_it + T::k_iters - 1, iters, ctas);
-  const int slot = 2 * cta + (hm_sk_begin(cta, iters, ctas) < first_it ? 1 : 0);
-  hm_wg_partial_store<C>(p, slot, acc);
+  hm_wg_partial_store<C>(p, sk.slot, acc);
   __threadfence();
-  __syncthreads();
+  hm_wg_sync<C>();
   if (threadIdx.x == 0) {
-    const int arrived = atomicAdd(&p.counters[head], 1);
-    const int is_last = arrived == last - head;
-    if (is_last) atomicExch(&p.counters[head], 0);
+    const int arrived = atomicAdd(&p.counters[sk.head], 1);
+    const int is_last = arrived == sk.last - sk.head;
+    if (is_last) atomicExch(&p.counters[sk.head], 0);
     *maps.flag = is_last;
   }
-  __syncthreads();
+  hm_wg_sync<C>();
   if (!*maps.flag) return;
   __threadfence();
   float *a = &acc[0][0];
 #pragma unroll
   for (int i = 0; i < T::acc_regs; ++i) a[i] = 0.0f;
-  for (int c = head; c <= last; ++c)
-    hm_wg_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), acc);
-  hm_wg_store<C>(p, tile, smem, maps, at, acc);
+  for (int c = sk.head; c <= sk.last; ++c) hm_wg_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, acc);
+  hm_wg_store<C, O>(p, tile, smem, maps, at, acc);
 }
 
-template <class C, class L = hm_wg_loop<C>>
-__device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p) {
+// Stores a finished segment: a whole tile directly, a Stream-K piece through the fixup.
+template <class C, class O = hm_wg_c_f32<C>>
+__device__ __forceinline__ void hm_wg_finish_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                                     int ke, const hm_wg_split &sk, unsigned char *smem,
+                                                     const hm_gemm_smem_maps &maps, const hm_wg_place &at,
+                                                     hm_wg_acc_t<C> &acc) {
+  if (kb == 0 && ke == hm_wg_traits<C>::k_iters)
+    hm_wg_store<C, O>(p, tile, smem, maps, at, acc);
+  else
+    hm_wg_fixup<C, O>(p, tile, sk, smem, maps, at, acc);
+}
+
+// The CTA's segments in order: data-parallel waves of whole tiles, then its range of the
+// Stream-K iterations. visit(tile, kb, ke, split) runs once a segment; a warp-specialized
+// kernel's producer and consumers walk the same sequence.
+template <class C, class F>
+__device__ __forceinline__ void hm_wg_walk(const hm_gemm_params &p, int tiles, const int *prefix, F &&visit) {
   using T = hm_wg_traits<C>;
-  extern __shared__ __align__(1024) unsigned char hm_wg_smem[];
-  // The swizzle is a function of address bits: align the tiles to its 1024-byte repeat.
-  unsigned char *smem = hm_wg_smem + ((1024u - (hm_smem_addr(hm_wg_smem) & 1023u)) & 1023u);
-  hm_gemm_smem_maps maps;
-  maps.a_row = (int *)(smem + L::region_bytes);
-  maps.c_row = maps.a_row + C::bm;
-  maps.row_scale = (float *)(maps.c_row + C::bm);
-  maps.flag = (int *)(maps.row_scale + C::bm);
-  maps.prefix = maps.flag + 1;
-  hm_wg_place at;
-  at.lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5, wg = warp >> 2;
-  at.wq = warp & 3;
-  at.wm = wg / T::wg_n;
-  at.wn = wg % T::wg_n;
-  at.src = hm_wg_src_of(at.wq, at.lane);
   const int grid = p.grid, cta = blockIdx.x;
-  const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
   int dp_tiles = tiles;
   if (C::stream_k && tiles % grid != 0) dp_tiles = tiles < grid ? 0 : (tiles / grid - 1) * grid;
-  hm_wg_acc_t<C> acc;
-
   for (int t = cta; t < dp_tiles; t += grid) {
-    const hm_tile tile = hm_tile_at<C, T>(p, t, maps.prefix);
-    if (tile.skip) continue;
-    hm_wg_segment<C, L>(p, tile, 0, T::k_iters, smem, maps, at, acc);
-    hm_wg_store<C>(p, tile, smem, maps, at, acc);
+    const hm_tile tile = hm_tile_at<C, T>(p, t, prefix);
+    if (!tile.skip) visit(tile, 0, T::k_iters, hm_wg_split{0, 0, 0, 0});
   }
-
   const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
   if (iters == 0) return;
   long long cap = iters / C::sk_min_iters;
   const int ctas = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
   if (cta >= ctas) return;
-  const long long end = hm_sk_begin(cta + 1, iters, ctas);
-  for (long long it = hm_sk_begin(cta, iters, ctas); it < end;) {
+  const long long begin = hm_sk_begin(cta, iters, ctas), end = hm_sk_begin(cta + 1, iters, ctas);
+  for (long long it = begin; it < end;) {
     const int t = (int)(it / T::k_iters);
     const int kb = (int)(it % T::k_iters);
     const int ke = (int)(end - it < T::k_iters - kb ? kb + (end - it) : T::k_iters);
     it += ke - kb;
-    const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, maps.prefix);
-    if (tile.skip) continue;
-    hm_wg_segment<C, L>(p, tile, kb, ke, smem, maps, at, acc);
-    if (kb == 0 && ke == T::k_iters)
-      hm_wg_store<C>(p, tile, smem, maps, at, acc);
-    else
-      hm_wg_fixup<C>(p, tile, (long long)t * T::k_iters, iters, ctas, smem, maps, at, acc);
+    const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, prefix);
+    const long long first_it = (long long)t * T::k_iters;
+    if (!tile.skip)
+      visit(tile, kb, ke, hm_wg_split_of(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
   }
+}
+
+// The row maps and flag after the pipeline region; prefix last (its length is experts).
+__device__ __forceinline__ hm_gemm_smem_maps hm_wg_maps_at(unsigned char *base, int bm) {
+  hm_gemm_smem_maps maps;
+  maps.a_row = (int *)base;
+  maps.c_row = maps.a_row + bm;
+  maps.row_scale = (float *)(maps.c_row + bm);
+  maps.flag = (int *)(maps.row_scale + bm);
+  maps.prefix = maps.flag + 1;
+  return maps;
+}
+
+// This thread's warpgroup, warp and fragment source among the computing threads.
+template <class C>
+__device__ __forceinline__ hm_wg_place hm_wg_place_of(int thread) {
+  using T = hm_wg_traits<C>;
+  hm_wg_place at;
+  at.lane = thread & 31;
+  const int warp = thread >> 5, wg = warp >> 2;
+  at.wq = warp & 3;
+  at.wm = wg / T::wg_n;
+  at.wn = wg % T::wg_n;
+  at.src = hm_wg_src_of(at.wq, at.lane);
+  return at;
+}
+
+// The swizzle is a function of address bits: align the tiles to its 1024-byte repeat.
+__device__ __forceinline__ unsigned char *hm_wg_smem_base(unsigned char *dynamic_smem) {
+  return dynamic_smem + ((1024u - (hm_smem_addr(dynamic_smem) & 1023u)) & 1023u);
+}
+
+template <class C, class L = hm_wg_loop<C>>
+__device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p) {
+  extern __shared__ __align__(1024) unsigned char hm_wg_smem[];
+  unsigned char *smem = hm_wg_smem_base(hm_wg_smem);
+  const hm_gemm_smem_maps maps = hm_wg_maps_at(smem + L::region_bytes, C::bm);
+  const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
+  const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * hm_wg_traits<C>::n_tiles;
+  hm_wg_acc_t<C> acc;
+  hm_wg_walk<C>(p, tiles, maps.prefix, [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &sk) {
+    hm_wg_segment<C, L>(p, tile, kb, ke, smem, maps, at, acc);
+    hm_wg_finish_segment<C>(p, tile, kb, ke, sk, smem, maps, at, acc);
+  });
 }

@@ -141,10 +141,12 @@ __device__ __forceinline__ void hm_wg_fragment(const unsigned char *st, int unit
 template <class C>
 using hm_wg_frags_t = hm_u32[hm_wg_traits<C>::af_ring][hm_wg_traits<C>::mb][4];
 
-template <class C>
+// One stage's dequant and wgmmas. retire() runs once no wgmma reads the previous stage
+// any more (after the wait of step af_ring - 1), for a pipeline that hands slots back.
+template <class C, class R>
 __device__ __forceinline__ void hm_wg_compute_stage(const unsigned char *st, int wm, int wn,
                                                     const hm_wg_src &src, hm_wg_frags_t<C> &af,
-                                                    hm_wg_acc_t<C> &acc) {
+                                                    hm_wg_acc_t<C> &acc, R &&retire) {
   using T = hm_wg_traits<C>;
   const unsigned long long desc0 = hm_wgmma_desc_k128(hm_smem_addr(st) + wm * T::wtm * 128);
   hm_wg_group g[T::mb];
@@ -157,6 +159,7 @@ __device__ __forceinline__ void hm_wg_compute_stage(const unsigned char *st, int
     }
     hm_u32(&a)[T::mb][4] = af[s % T::af_ring];
     hm_wgmma_wait<T::af_ring - 1>();  // the wgmmas that last read these registers are done
+    if (s == T::af_ring - 1) retire();
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) hm_wg_fragment<C>(st, wn * T::mb + m, s, src, g[m], a[m]);
     hm_wgmma_fence();
@@ -194,7 +197,7 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
     if (next < count)
       hm_wg_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
-    hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc);
+    hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc, [] {});
   }
   hm_wgmma_wait<0>();
 #pragma unroll

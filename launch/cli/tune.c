@@ -24,9 +24,9 @@ typedef struct tune_opts {
 } tune_opts;
 
 static void print_tuning(const hm_gemm_tuning *t, char *buf, size_t len) {
-  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n,
+  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n,
            t->warps_k, t->stages, t->stream_k ? "sk" : "dp", t->ctas_per_sm,
-           t->mma == HM_MMA_WGMMA ? "_wgmma" : "");
+           t->mma == HM_MMA_WGMMA ? "_wgmma" : "", t->ws ? "_ws" : "");
 }
 
 static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {

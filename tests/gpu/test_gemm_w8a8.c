@@ -57,13 +57,21 @@ static const w8_case moe_cases[] = {
 static const int64_t m_list[] = {1, 7, 64, 333};
 static const int64_t wgmma_m_list[] = {7, 333, 1027};
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning wgmma_shapes[] = {
-    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA}, /* the large-M default */
-    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* the 33..64-row default */
-    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* 2 warpgroups along tokens, data-parallel */
-    {96, 128, 128, 1, 8, 1, 5, true, 2, 1, HM_MMA_WGMMA},  /* N = 96, short Stream-K pieces */
-    {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},   /* one warpgroup, 2 CTAs an SM */
+    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* 2 token warpgroups, data-parallel */
+    {96, 128, 128, 1, 8, 1, 5, true, 2, 1, HM_MMA_WGMMA, false},  /* N = 96, short Stream-K pieces */
+    {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},   /* one warpgroup, 2 CTAs an SM */
+};
+
+/* Warp-specialized: two consumer warpgroups and a producer, one CTA an SM. */
+static const hm_gemm_tuning ws_shapes[] = {
+    {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
+    {96, 128, 128, 1, 8, 1, 3, true, 1, 1, HM_MMA_WGMMA, true},  /* one-iteration Stream-K pieces, 3 stages */
 };
 
 /* Both sides sum the same quantized values; left are f32 sums in another order and output rounding. */
@@ -94,7 +102,6 @@ static void w8_layer_make(hm_rng *rng, const w8_case *c, w8_layer *x) {
   hm_rng_fill_normal(rng, src, (size_t)count, 0.05f);
   HM_ASSERT_OK(hm_host_weights_alloc(&x->w, &c->fmt, c->experts, c->n, c->k));
   HM_ASSERT_OK(hm_quantize_weights(src, &x->w));
-  free(src);
   if (c->bias) x->bias = gt_random(rng, c->out, c->experts * c->n, 0.5f);
   hm_layer_config cfg = HM_LAYER_CONFIG_INIT;
   cfg.n = c->n;
@@ -125,11 +132,10 @@ typedef struct w8_act {
   int64_t rows, scales_per_row;
 } w8_act;
 
-static void w8_act_make(hm_rng *rng, const w8_case *c, int64_t rows, w8_act *a) {
+/* Quantizes f32 activations x (rows, K) as case c says. */
+static void w8_act_from(const w8_case *c, int64_t rows, const float *x, w8_act *a) {
   a->rows = rows;
   a->scales_per_row = c->act_scale == HM_ACT_SCALE_GROUP128 ? (c->k + 127) / 128 : 1;
-  float *x = gt_alloc((size_t)(rows * c->k) * sizeof(float));
-  hm_rng_fill_normal(rng, x, (size_t)(rows * c->k), 1.0f);
   a->q = gt_alloc((size_t)(rows * c->k));
   a->scales = gt_alloc((size_t)(rows * a->scales_per_row) * sizeof(float));
   if (rows > 0) HM_ASSERT_OK(hm_quantize_activations(x, rows, c->k, c->act, c->act_scale, a->q, a->scales));
@@ -182,6 +188,12 @@ static bool w8_check(const w8_case *c, const w8_layer *x, hm_gemm_args host_args
                         gt_upload(engine, act->scales, (size_t)(act->rows * act->scales_per_row) * 4)};
   hm_gemm_args device_host_args = host_args;
   device_host_args.a = NULL; /* w8_forward supplies A */
+}
+
+static void w8_act_make(hm_rng *rng, const w8_case *c, int64_t rows, w8_act *a) {
+  float *x = gt_alloc((size_t)(rows * c->k) * sizeof(float));
+  hm_rng_fill_normal(rng, x, (size_t)(rows * c->k), 1.0f);
+  w8_act_from(c, rows, x, a);
   gt_device_run_with(engine, w8_forward, &ctx, &device_host_args, act->rows, c->k, c_rows, c->n, c->experts,
                      out);
   char what[160];
@@ -332,33 +344,30 @@ static bool wgmma_or_skip(void) {
   return false;
 }
 
-/* Tile shapes rotate over the cases, so that each layout and schedule runs. */
-static void wgmma_dense_matches_reference(void **state) {
-  (void)state;
-  if (!wgmma_or_skip()) skip();
+/* Tile shapes rotate over the cases, so that each layout and schedule runs. Returns the
+ * cases out of bound. */
+static int forced_dense(const char *seed, const hm_gemm_tuning *shapes, size_t shape_count) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("w8a8_wgmma_dense_matches_reference"));
+  hm_rng_seed(&rng, hm_test_seed(seed));
   int failed = 0;
   for (size_t i = 0; i < HM_ARRAY_SIZE(dense_cases); i++) {
     const w8_case *c = &dense_cases[i];
     w8_layer x;
     w8_layer_make(&rng, c, &x);
     w8_forced f;
-    w8_forced_make(&x, HM_GEMM_DENSE, &wgmma_shapes[i % HM_ARRAY_SIZE(wgmma_shapes)], &f);
+    w8_forced_make(&x, HM_GEMM_DENSE, &shapes[i % shape_count], &f);
     x.forced[HM_GEMM_DENSE] = &f;
     for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++)
       failed += !w8_dense(&rng, c, &x, wgmma_m_list[j]);
     w8_forced_free(&f);
     w8_layer_free(&x);
   }
-  if (failed) fail_msg("%d dense W8A8 wgmma cases out of bound", failed);
+  return failed;
 }
 
-static void wgmma_moe_layouts_match_reference(void **state) {
-  (void)state;
-  if (!wgmma_or_skip()) skip();
+static int forced_moe(const char *seed, const hm_gemm_tuning *shapes, size_t shape_count) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("w8a8_wgmma_moe_layouts_match_reference"));
+  hm_rng_seed(&rng, hm_test_seed(seed));
   int failed = 0;
   for (size_t i = 0; i < HM_ARRAY_SIZE(moe_cases); i++) {
     const w8_case *c = &moe_cases[i];
@@ -366,8 +375,7 @@ static void wgmma_moe_layouts_match_reference(void **state) {
     w8_layer_make(&rng, c, &x);
     w8_forced f[4];
     for (int t = HM_GEMM_INDEXED; t <= HM_GEMM_GROUPED_MASKED; t++) {
-      w8_forced_make(&x, (hm_gemm_type)t, &wgmma_shapes[(i + (size_t)t) % HM_ARRAY_SIZE(wgmma_shapes)],
-                     &f[t]);
+      w8_forced_make(&x, (hm_gemm_type)t, &shapes[(i + (size_t)t) % shape_count], &f[t]);
       x.forced[t] = &f[t];
     }
     for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++) {
@@ -397,3 +405,19 @@ int main(void) {
   hm_shutdown();
   return rc;
 }
+  return failed;
+}
+
+static void wgmma_dense_matches_reference(void **state) {
+  (void)state;
+  if (!wgmma_or_skip()) skip();
+  const int failed =
+      forced_dense("w8a8_wgmma_dense_matches_reference", wgmma_shapes, HM_ARRAY_SIZE(wgmma_shapes));
+  if (failed) fail_msg("%d dense W8A8 wgmma cases out of bound", failed);
+}
+
+static void wgmma_moe_layouts_match_reference(void **state) {
+  (void)state;
+  if (!wgmma_or_skip()) skip();
+  const int failed =
+      forced_moe("w8a8_wgmma_moe_layouts_match_reference", wgmma_shapes, HM_ARRAY_SIZE(wgmma_shapes));

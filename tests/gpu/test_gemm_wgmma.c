@@ -5,8 +5,8 @@
  * and 4096 with N and K that are not powers of two, and the MoE layouts (indexed
  * gate-up and down with top-k weights, grouped-contiguous, grouped-masked, an expert
  * with no tokens) at 64, 333 and 4096 tokens. Tile shapes rotate over the cases so that
- * each warpgroup layout, Stream-K and data-parallel schedule runs. Skips without an
- * sm_90 device.
+ * each warpgroup layout, Stream-K and data-parallel schedule runs; then the same with
+ * the warp-specialized tiles (gemm_ws_wgmma.cuh). Skips without an sm_90 device.
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
@@ -45,16 +45,34 @@ static const gt_case moe_cases[] = {
     {"moe wgmma f16 unquantized", UNQ(F16), HM_F16, HM_F16, true, 320, 200, 8, false},
 };
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning shapes[] = {
-    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* large-M default: 2 warpgroups x 128 columns */
-    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 256 */
-    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* the 33..64-row shape, data-parallel */
-    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups along tokens, N = 96 */
-    {128, 128, 64, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA},  /* one warpgroup, 2 CTAs an SM */
-    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 192 */
-    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},  /* N = 32, 2 warpgroups along tokens */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* large-M default, 2 x 128 columns */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 256 */
+    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* the 33..64-row shape, data-parallel */
+    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups along tokens, N = 96 */
+    {128, 128, 64, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA, false},  /* one warpgroup, 2 CTAs an SM */
+    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 192 */
+    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},  /* N = 32, 2 warpgroups along tokens */
 };
+
+/* Warp-specialized: two consumer warpgroups, one CTA an SM; Stream-K down to one k-tile. */
+static const hm_gemm_tuning ws_shapes[] = {
+    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* bk 128 over 3 stages */
+    {128, 256, 64, 1, 8, 1, 6, true, 1, 1, HM_MMA_WGMMA, true},  /* bk 64 over 6, Stream-K to 1 k-tile */
+    {256, 128, 64, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true},  /* 256 tokens a warpgroup */
+    {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
+    {64, 256, 128, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true},  /* the 33..64-row shape */
+};
+
+/* A table of tunings the cases rotate over. */
+typedef struct shape_set {
+  const hm_gemm_tuning *t;
+  int count;
+} shape_set;
+
+static const shape_set plain = {shapes, (int)HM_ARRAY_SIZE(shapes)};
+static const shape_set specialized = {ws_shapes, (int)HM_ARRAY_SIZE(ws_shapes)};
 
 static const int64_t m_list[] = {64, 333, 4096};
 
@@ -78,7 +96,8 @@ static int forced_block_m(void *ctx, int64_t valid_m) {
   return ((const forced *)ctx)->cfg.tuning.bm;
 }
 
-/* The layer's config for a GEMM type with tuning t (16-bit units shallower, as the selection does). */
+/* The layer's config for a GEMM type with tuning t (16-bit units shallower, as the selection
+ * does; wider units beside a warp-specialized kernel's output tile: fewer stages, then bk 64). */
 static hm_gemm_config forced_config(const hm_layer *l, hm_gemm_type type, const hm_gemm_tuning *t) {
   hm_gemm_config cfg;
   HM_ASSERT_OK(hm_layer_gemm_base(l, type, &cfg));
@@ -86,6 +105,13 @@ static hm_gemm_config forced_config(const hm_layer *l, hm_gemm_type type, const 
   if (hm_gemm_weight_bits(cfg.layer.weight) == 16) {
     cfg.tuning.bk = 64;
     if (cfg.tuning.stages > 4) cfg.tuning.stages = 4;
+  }
+  while (hm_gemm_config_smem_bytes(&cfg) > hm_gemm_arch_smem_limit(90) &&
+         (cfg.tuning.stages > 3 || cfg.tuning.bk > 64)) {
+    if (cfg.tuning.stages > 3)
+      cfg.tuning.stages--;
+    else
+      cfg.tuning.bk /= 2;
   }
   return cfg;
 }
@@ -140,17 +166,16 @@ static bool run_dense(hm_rng *rng, const gt_case *c, const gt_layer_data *d, for
 
 #define DENSE_CASES ((int)HM_ARRAY_SIZE(dense_cases))
 
-static void dense_formats_match_reference(void **state) {
-  (void)state;
+static void dense_check(const shape_set *set, const char *seed) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("wgmma_dense_formats_match_reference"));
+  hm_rng_seed(&rng, hm_test_seed(seed));
   gt_layer_data d[DENSE_CASES];
   hm_layer *l[DENSE_CASES];
   hm_gemm_config cfg[DENSE_CASES];
   for (int i = 0; i < DENSE_CASES; i++) {
     gt_layer_data_make(&rng, &dense_cases[i], &d[i]);
     l[i] = gt_layer_make(engine, &dense_cases[i], &d[i]);
-    cfg[i] = forced_config(l[i], HM_GEMM_DENSE, &shapes[i % HM_ARRAY_SIZE(shapes)]);
+    cfg[i] = forced_config(l[i], HM_GEMM_DENSE, &set->t[i % set->count]);
   }
   compile_all(cfg, DENSE_CASES);
   int failed = 0;
@@ -167,14 +192,23 @@ static void dense_formats_match_reference(void **state) {
   if (failed) fail_msg("%d dense wgmma cases out of bound", failed);
 }
 
+static void dense_formats_match_reference(void **state) {
+  (void)state;
+  dense_check(&plain, "wgmma_dense_formats_match_reference");
+}
+
+static void ws_dense_formats_match_reference(void **state) {
+  (void)state;
+  dense_check(&specialized, "wgmma_ws_dense_formats_match_reference");
+}
+
 #define MOE_CASES ((int)HM_ARRAY_SIZE(moe_cases))
 static const hm_gemm_type moe_types[] = {HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS, HM_GEMM_GROUPED_MASKED};
 #define MOE_TYPES ((int)HM_ARRAY_SIZE(moe_types))
 
-static void moe_layouts_match_reference(void **state) {
-  (void)state;
+static void moe_check(const shape_set *set, const char *seed) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("wgmma_moe_layouts_match_reference"));
+  hm_rng_seed(&rng, hm_test_seed(seed));
   gt_layer_data d[MOE_CASES];
   hm_layer *l[MOE_CASES];
   hm_gemm_config cfg[MOE_CASES][MOE_TYPES];
@@ -182,7 +216,7 @@ static void moe_layouts_match_reference(void **state) {
     gt_layer_data_make(&rng, &moe_cases[i], &d[i]);
     l[i] = gt_layer_make(engine, &moe_cases[i], &d[i]);
     for (int t = 0; t < MOE_TYPES; t++)
-      cfg[i][t] = forced_config(l[i], moe_types[t], &shapes[(i + t) % HM_ARRAY_SIZE(shapes)]);
+      cfg[i][t] = forced_config(l[i], moe_types[t], &set->t[(i + t) % set->count]);
   }
   compile_all(&cfg[0][0], MOE_CASES * MOE_TYPES);
   int failed = 0;
@@ -209,17 +243,26 @@ static void moe_layouts_match_reference(void **state) {
   if (failed) fail_msg("%d MoE wgmma cases out of bound", failed);
 }
 
-/* Stream-K sums partials in k order: two runs of a split tile give the same bits. */
-static void stream_k_is_deterministic(void **state) {
+static void moe_layouts_match_reference(void **state) {
   (void)state;
+  moe_check(&plain, "wgmma_moe_layouts_match_reference");
+}
+
+static void ws_moe_layouts_match_reference(void **state) {
+  (void)state;
+  moe_check(&specialized, "wgmma_ws_moe_layouts_match_reference");
+}
+
+/* Stream-K sums partials in k order: two runs of a split tile give the same bits. */
+static void stream_k_check(const hm_gemm_tuning *t, const char *seed) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("wgmma_stream_k_is_deterministic"));
+  hm_rng_seed(&rng, hm_test_seed(seed));
   const gt_case *c = &dense_cases[0];
   gt_layer_data d;
   gt_layer_data_make(&rng, c, &d);
   hm_layer *l = gt_layer_make(engine, c, &d);
   forced f;
-  const hm_gemm_config cfg = forced_config(l, HM_GEMM_DENSE, &shapes[0]);
+  const hm_gemm_config cfg = forced_config(l, HM_GEMM_DENSE, t);
   forced_make(l, &cfg, &f);
   const int64_t m = 333;
   void *a = gt_random(&rng, c->act, m * c->k, 1.0f);
@@ -234,6 +277,12 @@ static void stream_k_is_deterministic(void **state) {
   gt_layer_data_free(&d);
 }
 
+static void stream_k_is_deterministic(void **state) {
+  (void)state;
+  stream_k_check(&shapes[0], "wgmma_stream_k_is_deterministic");
+  stream_k_check(&ws_shapes[1], "wgmma_ws_stream_k_is_deterministic");
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
@@ -246,6 +295,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_formats_match_reference),
       cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(ws_dense_formats_match_reference),
+      cmocka_unit_test(ws_moe_layouts_match_reference),
       cmocka_unit_test(stream_k_is_deterministic),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

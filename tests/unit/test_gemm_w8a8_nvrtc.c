@@ -5,7 +5,9 @@
  * or 1x128 activation scales, f16/bf16 output, bias; every GEMM type (each plan entry of
  * one, the first (mma.sync) and last (wgmma on sm_90a) entries of the others), batch
  * invariance, and the transform kernels. Also the plans' legality and the refusals of
- * what no kernel takes. tests/unit/test_gemm_wgmma_nvrtc.c compiles more wgmma tiles.
+ * what no kernel takes, and the f16-accumulation variant (fp8 per-channel and mxfp4
+ * weights, per-token scales, mma.sync only) with its refusals. tests/unit/
+ * test_gemm_wgmma_nvrtc.c compiles more wgmma tiles.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +98,8 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
 
 /*
  * Plans of every variant, type and arch are legal configs without the 8-row tile: on
- * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128)
- * above 32 rows per expert.
+ * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128),
+ * warp-specialized, above 32 rows per expert.
  */
 static void plans_are_legal(void **state) {
   (void)state;
@@ -116,6 +118,7 @@ static void plans_are_legal(void **state) {
             const bool wgmma = archs[a] == 90 && !inv && m_lo >= 32 * experts;
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
+            assert_int_equal(c->tuning.ws, wgmma); /* the warp-specialized pipeline, N > 64 */
             assert_true(c->tuning.bm >= 16);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)
               assert_int_equal(128 % c->tuning.bk, 0);

@@ -2,9 +2,9 @@
 /*
  * The wgmma GEMM kernels (sm_90a) on the CPU: every weight format they take (u4 with and
  * without zero points, i4, u8, i8, f16, bf16; groups 32/64/128 and per channel; f16 and
- * bf16 activations and outputs, bias, global scale; W8A8 fp8 with block or per-channel
- * scales and int8 per channel, per-token or 1x128 activation scales) and every GEMM type compile with
- * NVRTC, with launch metadata that matches the host's accounting and no wgmma
+ * bf16 activations and outputs, bias, global scale, also warp-specialized; W8A8 fp8 with block or
+ * per-channel scales and int8 per channel, per-token or 1x128 activation scales, also warp-specialized) and
+ * every GEMM type compile with NVRTC, with launch metadata that matches the host's accounting and no wgmma
  * serialization reported by ptxas; configs it cannot run are refused by name; and the
  * default selection uses it on sm_90 for >= 33 rows per expert only where it applies.
  */
@@ -37,14 +37,23 @@ static const format formats[] = {
     {HM_BF16, 0, false, HM_BF16, HM_BF16, true, false},  {HM_F16, 0, false, HM_F16, HM_F16, false, false},
 };
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning shapes[] = {
-    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 128 columns, N = 128 */
-    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 256 */
-    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* N = 64, data-parallel only */
-    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups along tokens, N = 96 */
-    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA},  /* 2 warpgroups x 64 columns, N = 192 */
-    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA},  /* N = 32, 2 CTAs an SM */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 128 columns, N = 128 */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 256 */
+    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* N = 64, data-parallel only */
+    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups along tokens, N = 96 */
+    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 192 */
+    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},  /* N = 32, 2 CTAs an SM */
+};
+
+/* Warp-specialized (gemm_ws_wgmma.cuh): two consumer warpgroups, one CTA an SM, the output
+ * tile staged in the output type beside the ring. */
+static const hm_gemm_tuning ws_shapes[] = {
+    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* bk 128 over 3 stages */
+    {128, 256, 64, 1, 8, 1, 6, true, 1, 1, HM_MMA_WGMMA, true},  /* bk 64 over 6, Stream-K down to 1 k-tile */
+    {256, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 256 tokens a warpgroup */
+    {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
 };
 
 /* W8A8 (gemm_w8a8_wgmma.cuh): fp8 with 128x128 block or per-channel weight scales, int8
@@ -68,11 +77,19 @@ static const w8a8_format w8a8_formats[] = {
 
 /* bk is 128; at most 2 warpgroups of at most 64 accumulators, beside as many partial sums. */
 static const hm_gemm_tuning w8a8_shapes[] = {
-    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA}, /* the large-M default */
-    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA},  /* the 33..64-row default */
-    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA}, /* 2 warpgroups along tokens, data-parallel */
-    {96, 128, 128, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA},  /* N = 96 */
-    {64, 64, 128, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA},   /* one warpgroup, 2 CTAs an SM */
+    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* 2 token warpgroups, data-parallel */
+    {96, 128, 128, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},  /* N = 96 */
+    {64, 64, 128, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA, false},   /* one warpgroup, 2 CTAs an SM */
+};
+
+/* Warp-specialized (gemm_w8a8_ws.cuh): two consumer warpgroups, one CTA an SM. */
+static const hm_gemm_tuning w8a8_ws_shapes[] = {
+    {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups */
+    {96, 128, 128, 1, 8, 1, 3, true, 2, 1, HM_MMA_WGMMA, true},  /* N = 96, 3 stages */
 };
 
 static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
@@ -101,6 +118,15 @@ static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gem
   if (!quant) { /* 16-bit units are four times as large: as the selection does, shallower stages */
     c.tuning.bk = 64;
     if (c.tuning.stages > 4) c.tuning.stages = 4;
+  }
+  /* Wider units beside a warp-specialized kernel's own output tile: fewer stages, then a
+   * smaller bk, until shared memory fits (as the selection does). */
+  while (hm_gemm_config_smem_bytes(&c) > hm_gemm_arch_smem_limit(90) &&
+         (c.tuning.stages > 3 || c.tuning.bk > 64)) {
+    if (c.tuning.stages > 3)
+      c.tuning.stages--;
+    else
+      c.tuning.bk /= 2;
   }
   return c;
 }
@@ -147,6 +173,15 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     const hm_gemm_config c = config_of(&formats[0], (hm_gemm_type)t, &shapes[t]);
     add(&b, &c);
   }
+  /* Warp-specialized weight-only: every format, GEMM types and shapes rotate; the first
+   * format takes every type. */
+  for (size_t i = 0; i < HM_ARRAY_SIZE(formats) + 3; i++) {
+    const format *f = &formats[i < HM_ARRAY_SIZE(formats) ? i : 0];
+    const int type = i < HM_ARRAY_SIZE(formats) ? (int)(i % 4) : (int)(i - HM_ARRAY_SIZE(formats) + 1);
+    const hm_gemm_config c = config_of(f, (hm_gemm_type)type, &ws_shapes[i % HM_ARRAY_SIZE(ws_shapes)]);
+    add(&b, &c);
+    assert_non_null(strstr(b.src[b.count - 1].name, "_wgmma_ws"));
+  }
   /* W8A8: fp8 block, fp8 channel and int8 channel take every GEMM type; shapes rotate. */
   for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
     for (int t = 0; t < 4; t++) {
@@ -154,6 +189,14 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
       const hm_gemm_config c = w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)t,
                                               &w8a8_shapes[(i + t) % HM_ARRAY_SIZE(w8a8_shapes)]);
       add(&b, &c);
+    }
+  /* Warp-specialized W8A8: every format and GEMM type, shapes rotate. */
+  for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
+    for (int t = 0; t < 4; t++) {
+      const hm_gemm_config c = w8a8_config_of(&w8a8_formats[i], (hm_gemm_type)t,
+                                              &w8a8_ws_shapes[(i + t) % HM_ARRAY_SIZE(w8a8_ws_shapes)]);
+      add(&b, &c);
+      assert_non_null(strstr(b.src[b.count - 1].name, "_wgmma_ws"));
     }
   hm_kernel_source srcs[HM_ARRAY_SIZE(b.cfg)];
   const hm_cubin *outs[HM_ARRAY_SIZE(b.cfg)];
@@ -219,11 +262,36 @@ static void configs_it_cannot_run_are_refused(void **state) {
   c.tuning.stages = 8;
   c.tuning.bk = 256;
   expect_refused(&c, HM_UNSUPPORTED, "shared memory");
+  /* Warp specialization: wgmma only, two consumer warpgroups, one CTA an SM. */
+  c = good;
+  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, true};
+  expect_refused(&c, HM_UNSUPPORTED, "wgmma kernels only");
+  const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_ws_shapes[0]);
+  HM_ASSERT_OK(hm_gemm_config_check(&ws));
+  c = ws;
+  c.tuning.bn = 64;
+  c.tuning.warps_n = 4;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "two consumer warpgroups");
+  c = ws;
+  c.tuning.ctas_per_sm = 2;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "one CTA an SM");
+  c = ws;
+  c.tuning.stages = 5; /* the staged C tile has its own bytes: 5 stages of 33 KiB do not fit */
+  expect_refused(&c, HM_UNSUPPORTED, "shared memory");
+  const hm_gemm_config wo = config_of(&formats[0], HM_GEMM_DENSE, &ws_shapes[0]);
+  HM_ASSERT_OK(hm_gemm_config_check(&wo));
+  c = wo;
+  c.tuning.warps_n = 4; /* one consumer warpgroup */
+  c.tuning.bn = 128;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "two consumer warpgroups");
+  c = wo;
+  c.tuning.stages = 4; /* 4 stages of 49 KiB beside the 65 KiB output tile */
+  expect_refused(&c, HM_UNSUPPORTED, "shared memory");
   /* The same tile on mma.sync is another kernel. */
   char a[256], m[256];
   hm_gemm_config_name(&good, a, sizeof(a));
   c = good;
-  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC};
+  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false};
   HM_ASSERT_OK(hm_gemm_config_check(&c));
   hm_gemm_config_name(&c, m, sizeof(m));
   assert_string_not_equal(a, m);
@@ -241,6 +309,20 @@ static void shared_memory_accounting(void **state) {
   assert_int_equal(hm_gemm_wgmma_acc_regs(&c.tuning), 128);
   /* Stream-K: counters for 4 CTAs per SM (rounded to 256 bytes), then 2 partial tiles a CTA. */
   assert_int_equal(hm_gemm_workspace_bytes(&c, 132), 2304 + (size_t)2 * 132 * 128 * 256 * 4);
+  /* Warp-specialized W8A8, fp8 blocks, 1x128 activation scales, masked: 4 stages of A 16384 +
+   * units 16384 + scales 512 (rounded to 33792), the staged tile beside them, 12 barriers,
+   * two map sets, flag, prefix; and a producer warpgroup. */
+  const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_GROUPED_MASKED, &w8a8_ws_shapes[0]);
+  assert_int_equal(hm_gemm_config_smem_bytes(&ws),
+                   1024 + 4 * 33792 + 128 * (128 * 4 + 8) + 12 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+  assert_int_equal(hm_gemm_config_threads(&ws), 384);
+  /* Warp-specialized u4 g128 with zero points, bm 128, bn 256, bk 128: 3 stages of A 32768 +
+   * units 16384 + scales 512 + zeros 256 (rounded to 50176), the tile staged in bf16 with a
+   * pitch of 516 bytes, 10 barriers, two map sets, flag, prefix. */
+  const hm_gemm_config wo = config_of(&formats[0], HM_GEMM_GROUPED_MASKED, &ws_shapes[0]);
+  assert_int_equal(hm_gemm_config_smem_bytes(&wo),
+                   1024 + 3 * 50176 + 128 * (256 * 2 + 4) + 10 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+  assert_int_equal(hm_gemm_config_threads(&wo), 384);
 }
 
 static hm_gemm_config base_of(const format *f, hm_gemm_type type, int arch, bool invariant) {
@@ -282,6 +364,8 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_int_equal(large.tuning.bk, 128);
       assert_int_equal(large.tuning.bm, 128);
+      assert_true(mid.tuning.ws && large.tuning.ws);
+      assert_int_equal(large.tuning.stages, 4); /* what the separate C staging leaves */
       base.arch = 89;
       HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
       assert_int_equal(large.tuning.mma, HM_MMA_SYNC);
@@ -306,6 +390,15 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
   assert_int_equal(pick.tuning.mma, HM_MMA_WGMMA);
   assert_int_equal(pick.tuning.bn, 128);
   assert_int_equal(pick.tuning.warps_n, 4);
+  /* A W8A8 layer of 64 columns has one computing warpgroup: not warp-specialized. */
+  hm_gemm_config narrow8 = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_ws_shapes[0]);
+  memset(&narrow8.tuning, 0, sizeof(narrow8.tuning));
+  narrow8.layer.n = 64;
+  narrow8.layer.act_scale = HM_ACT_SCALE_TOKEN;
+  narrow8.layer.group = narrow8.layer.group_n = 0; /* 64 rows: no 128x128 blocks */
+  HM_ASSERT_OK(hm_gemm_select(&narrow8, 4096, &pick));
+  assert_int_equal(pick.tuning.mma, HM_MMA_WGMMA);
+  assert_false(pick.tuning.ws);
 }
 
 int main(void) {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "heuristics/choose.h"
 #include "heuristics/tune_table.h"
 #include "hm_test.h"
 
@@ -61,6 +62,8 @@ static void round_trip(void **state) {
                          entry(id, "idx_u4z_g128_n4096_k7168_e256", 131072, INT64_MAX, 128)};
   in[1].tuning.stream_k = false;
   in[1].tuning.sk_min_iters = 0;
+  in[1].tuning.mma = HM_MMA_WGMMA;
+  in[1].tuning.ws = true;
   HM_ASSERT_OK(hm_tune_table_store(root, in, 2));
   hm_tune_table t;
   HM_ASSERT_OK(hm_tune_table_load(root, &t));
@@ -72,6 +75,7 @@ static void round_trip(void **state) {
     assert_int_equal(e->tuning.bm, in[i].tuning.bm);
     assert_int_equal(e->tuning.stream_k, in[i].tuning.stream_k);
     assert_int_equal(e->tuning.ctas_per_sm, 1);
+    assert_true(hm_choose_tuning_equal(&e->tuning, &in[i].tuning));
     assert_true(e->m_hi == in[i].m_hi);
     assert_true(e->tuned_us == 10.5 && e->heuristic_us == 12.25);
   }

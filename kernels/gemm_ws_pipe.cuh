@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+// The warp-specialized pipeline of the wgmma kernels (sm_90a), whatever a stage holds. A
+// third warpgroup produces: one of its warps fills the row maps of each segment and copies
+// each stage (bulk copies for what is contiguous in global memory, cp.async for gathered
+// token rows); the two consumer warpgroups only wait for full stages, compute, and hand
+// stages back. Nothing but the barriers ties the roles, so the producer runs ahead across
+// segments while the consumers compute and store.
+//
+// Per stage slot a "full" barrier (the producer lane 0's expect_tx arrival, the bulk bytes,
+// one cp.async arrival per producer lane) and an "empty" one (an arrival per consumer warp
+// once its wgmmas that read the slot are done). Per segment one of two row map sets, with
+// the same pair of barriers. Both sides count stages and segments from the start of the
+// kernel, so slot = count % depth and the phase parity is count / depth % 2.
+//
+// A kernel brings a policy K: its layout (hm_ws_layout), stage_bytes, and
+//   load_stage(p, tile, kt, st, full, a_row, lane)  the producer warp's copies of a stage
+//   mainloop(p, tile, kb, ke, ring, n, a_row, at, acc)  a segment's k-tiles, stages n, n+1, ..
+//   store(p, tile, kb, ke, sk, c_stage, maps, at, acc)  the segment's output
+#pragma once
+
+#include "gemm_wgmma_kernel.cuh"
+#include "hm_mbarrier.cuh"
+
+// Shared memory after a ring of PIPE_BYTES: the staged output tile (C_BYTES, its own,
+// since the producer fills stages of the next segment while the consumers store), the
+// barriers (full and empty per stage, then per map set), two row map sets, flag, prefix.
+// And the registers: 384 threads a CTA get 168 each; the producer warpgroup keeps
+// PRODUCER_REGS and the consumers take what it gives back (56: 224, 80: 208).
+template <class C, int PIPE_BYTES, int C_BYTES, int PRODUCER_REGS>
+struct hm_ws_layout {
+  static constexpr int consumer_warps = hm_wg_traits<C>::threads / 32;
+  static constexpr int producer_regs = PRODUCER_REGS;
+  static constexpr int consumer_regs = (168 * 384 - 128 * PRODUCER_REGS) / 256 / 8 * 8;
+  static constexpr int c_off = PIPE_BYTES;
+  static constexpr int bar_off = c_off + C_BYTES;
+  static constexpr int bar_count = 2 * C::stages + 4;
+  static constexpr int maps_off = bar_off + bar_count * 8;
+  static constexpr int maps_bytes = 3 * C::bm * 4;
+  static constexpr int smem_bytes =
+      1024 + maps_off + 2 * maps_bytes + 4 +
+      ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
+
+  static_assert(C::ws, "the warp-specialized kernel of a config that asks for it");
+  static_assert(hm_wg_traits<C>::threads == 256,
+                "two consumer warpgroups: the register split above assumes 384 threads");
+  static_assert(C_BYTES % 8 == 0, "barriers are 8-byte aligned");
+};
+
+// The stage ring and the barriers of the row map sets, in shared memory.
+struct hm_ws_ring {
+  unsigned char *stages;
+  unsigned long long *full, *empty;            // [stages]
+  unsigned long long *maps_full, *maps_empty;  // [2]
+};
+
+template <class C, class L>
+__device__ __forceinline__ hm_ws_ring hm_ws_ring_at(unsigned char *smem) {
+  hm_ws_ring r;
+  r.stages = smem;
+  r.full = (unsigned long long *)(smem + L::bar_off);
+  r.empty = r.full + C::stages;
+  r.maps_full = r.empty + C::stages;
+  r.maps_empty = r.maps_full + 2;
+  return r;
+}
+
+// Row map set b; both sets share the flag and prefix after the second.
+template <class C, class L>
+__device__ __forceinline__ hm_gemm_smem_maps hm_ws_maps(unsigned char *smem, int b) {
+  hm_gemm_smem_maps maps = hm_wg_maps_at(smem + L::maps_off + b * L::maps_bytes, C::bm);
+  const hm_gemm_smem_maps last = hm_wg_maps_at(smem + L::maps_off + L::maps_bytes, C::bm);
+  maps.flag = last.flag;
+  maps.prefix = last.prefix;
+  return maps;
+}
+
+// The stage's token rows (bk * EB bytes each, EB bytes an element; zero past K or for rows
+// without a token) into the swizzled tile (hm_wg_a_offset), by the producer warp's lanes.
+template <class C, int EB>
+__device__ __forceinline__ void hm_ws_load_rows(const hm_gemm_params &p, int kt, unsigned char *st,
+                                                const int *a_row, int lane) {
+  constexpr int per_row = C::bk * EB / 16;
+  const unsigned char *a = (const unsigned char *)p.a;
+#pragma unroll 4
+  for (int i = lane; i < C::bm * per_row; i += 32) {
+    const int r = i / per_row, ch = i % per_row;
+    const int row = a_row[r];
+    const int k = kt * C::bk + ch * (16 / EB);
+    const bool ok = row >= 0 && k < C::k;
+    hm_cp_async16(st + hm_wg_a_offset<C>(r, ch), ok ? a + ((long long)row * C::k + k) * EB : a, ok);
+  }
+}
+
+// The producer warp: per segment the row maps, then each k-tile's stage once its slot is
+// empty. Its lanes' cp.async arrivals and lane 0's bulk bytes complete the full barrier.
+template <class C, class K>
+__device__ void hm_ws_produce(const hm_gemm_params &p, int tiles, unsigned char *smem) {
+  using L = typename K::layout;
+  const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
+  const int lane = threadIdx.x & 31;
+  unsigned n = 0, seg = 0;
+  hm_wg_walk<C>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
+                [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &) {
+                  const int b = seg & 1;
+                  const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
+                  hm_mbar_wait(&ring.maps_empty[b], ((seg >> 1) & 1) ^ 1);
+                  for (int r = lane; r < C::bm; r += 32)
+                    hm_tile_row<C>(p, tile, r, maps.a_row, maps.c_row, maps.row_scale);
+                  __syncwarp();
+                  hm_mbar_arrive(&ring.maps_full[b]);
+                  for (int kt = kb; kt < ke; ++kt, ++n) {
+                    const int slot = n % C::stages;
+                    unsigned char *st = ring.stages + slot * K::stage_bytes;
+                    hm_mbar_wait(&ring.empty[slot], ((n / C::stages) & 1) ^ 1);
+                    K::load_stage(p, tile, kt, st, &ring.full[slot], maps.a_row, lane);
+                    hm_cp_async_arrive(&ring.full[slot]);
+                  }
+                  ++seg;
+                });
+  // Exits only once every slot is handed back: the arrivals its cp.async copies owe the
+  // full barriers are this thread's, and must not be left behind by an exited thread.
+  for (int s = 0; s < C::stages; ++s, ++n)
+    hm_mbar_wait(&ring.empty[n % C::stages], ((n / C::stages) & 1) ^ 1);
+}
+
+// Waits for stage n and returns its slot's bytes. The tokens came through cp.async, a
+// generic-proxy write; wgmma reads them through the async proxy.
+template <class C, int STAGE_BYTES>
+__device__ __forceinline__ const unsigned char *hm_ws_acquire(const hm_ws_ring &ring, unsigned n) {
+  hm_mbar_wait(&ring.full[n % C::stages], (n / C::stages) & 1);
+  hm_fence_proxy_async();
+  return ring.stages + (n % C::stages) * STAGE_BYTES;
+}
+
+// Hands stage n's slot back (where ready) once this warp's wgmmas that read it are
+// waited for. Branch-free, so that it may run between wgmmas in flight.
+template <class C>
+__device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n, int lane,
+                                              bool ready = true) {
+  __syncwarp();
+  hm_mbar_arrive_if(&ring.empty[n % C::stages], lane == 0 && ready);
+}
+
+// The consumer warpgroups: per segment wait for its row maps, accumulate, store (or
+// publish the Stream-K partial), then hand the map set back.
+template <class C, class K>
+__device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char *smem) {
+  using L = typename K::layout;
+  const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
+  const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
+  hm_wg_acc_t<C> acc;
+  unsigned n = 0, seg = 0;
+  hm_wg_walk<C>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
+                [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &sk) {
+                  const int b = seg & 1;
+                  const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
+                  hm_mbar_wait(&ring.maps_full[b], (seg >> 1) & 1);
+                  K::mainloop(p, tile, kb, ke, ring, n, maps.a_row, at, acc);
+                  K::store(p, tile, kb, ke, sk, smem + L::c_off, maps, at, acc);
+                  hm_wg_sync<C>();  // the staged tile, the flag and the map set are free again
+                  if (threadIdx.x == 0) hm_mbar_arrive(&ring.maps_empty[b]);
+                  ++seg;
+                });
+}
+
+template <class C, class K>
+__device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
+  using L = typename K::layout;
+  constexpr int ring_bytes = C::stages * K::stage_bytes;
+  extern __shared__ __align__(1024) unsigned char hm_ws_smem[];
+  unsigned char *smem = hm_wg_smem_base(hm_ws_smem);
+  const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
+  // The last k-tile copies only the weights inside K; the rest of its slot is whatever the
+  // slot held, times zero tokens. Zeroed once, a slot only ever holds real (finite) data,
+  // so that product is 0, not NaN.
+  if constexpr (C::k % C::bk != 0) {
+    for (int i = threadIdx.x; i < ring_bytes / 16; i += blockDim.x)
+      ((uint4 *)smem)[i] = make_uint4(0, 0, 0, 0);
+    hm_fence_proxy_async();
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::stages; ++s) {
+      hm_mbar_init(&ring.full[s], 32 + 1);
+      hm_mbar_init(&ring.empty[s], L::consumer_warps);
+    }
+    for (int b = 0; b < 2; ++b) {
+      hm_mbar_init(&ring.maps_full[b], 32);
+      hm_mbar_init(&ring.maps_empty[b], 1);
+    }
+    hm_mbar_init_fence();
+  }
+  __syncthreads();
+  const int tiles = hm_count_m_tiles<C>(p, hm_ws_maps<C, L>(smem, 0).prefix) * hm_wg_traits<C>::n_tiles;
+  if (threadIdx.x >= hm_wg_traits<C>::threads) {
+    hm_setmaxnreg_dec<L::producer_regs>();
+    if (threadIdx.x < hm_wg_traits<C>::threads + 32) hm_ws_produce<C, K>(p, tiles, smem);
+    return;
+  }
+  hm_setmaxnreg_inc<L::consumer_regs>();
+  hm_ws_consume<C, K>(p, tiles, smem);
+}

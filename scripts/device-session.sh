@@ -79,6 +79,7 @@ if has fp8shapes; then
     step "fp8-groups-$g" 150 "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 \
       --layout contiguous --gemm "$g" --m 32768 --baseline torch --plan "${FP8_PLAN:-auto}" \
       --json "$LOGS/fp8-groups-$g.json"
+    [ -n "${MASKED_M-x}" ] || continue
     step "fp8-masked-$g" 150 "$bench" kernel --model deepseek-v3 --quant w8a8-fp8 --layout masked --gemm "$g" \
       --m "${MASKED_M:-1,16,64,256,1024}" --baseline torch --plan "${FP8_PLAN:-auto}" \
       --json "$LOGS/fp8-masked-$g.json"

@@ -18,6 +18,8 @@ static const struct scheme_entry schemes[] = {
     {"w8a16", {W(HM_U8, HM_BF16, HM_SCALE_GROUP, 128, 0, false, false), HM_BF16, HM_ACT_SCALE_NONE}},
     {"w8a8-fp8",
      {W(HM_F8E4M3, HM_F32, HM_SCALE_BLOCK, 128, 128, false, false), HM_F8E4M3, HM_ACT_SCALE_GROUP128}},
+    {"w8a8-fp8-ch",
+     {W(HM_F8E4M3, HM_F32, HM_SCALE_CHANNEL, 0, 0, false, false), HM_F8E4M3, HM_ACT_SCALE_TOKEN}},
     {"w8a8-int8", {W(HM_I8, HM_F32, HM_SCALE_CHANNEL, 0, 0, false, false), HM_I8, HM_ACT_SCALE_TOKEN}},
     {"w4a8-mxfp4",
      {W(HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 32, 0, false, false), HM_F8E4M3, HM_ACT_SCALE_TOKEN}},
@@ -37,8 +39,8 @@ hm_status hm_quant_scheme_parse(const char *name, hm_quant_scheme *out) {
     }
   }
   HM_FAIL(HM_INVALID_ARGUMENT,
-          "unknown quantization scheme '%s' (bf16, w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-int8, "
-          "w4a8-mxfp4, w4a8-int4, w4a8-nvfp4)",
+          "unknown quantization scheme '%s' (bf16, w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-fp8-ch, "
+          "w8a8-int8, w4a8-mxfp4, w4a8-int4, w4a8-nvfp4)",
           name);
 }
 

@@ -52,6 +52,7 @@ hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type
   l->experts = lc->experts;
   out->compute.type = type;
   out->compute.batch_invariant = lc->batch_invariant;
+  out->compute.f16_acc = lc->fp16_accumulate;
   out->arch = arch;
   if (hm_gemm_is_w8a8(l)) return hm_gemm_w8a8_from_layer(lc, out);
   if (w->scale_kind != HM_SCALE_GROUP && w->scale_kind != HM_SCALE_CHANNEL && w->scale_kind != HM_SCALE_NONE)
@@ -66,6 +67,9 @@ static hm_status check_layer(const hm_gemm_config *cfg) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const int bits = hm_gemm_weight_bits(l->weight);
   if (hm_gemm_is_w8a8(l)) return hm_gemm_w8a8_check_layer(cfg);
+  if (cfg->compute.f16_acc)
+    HM_FAIL(HM_UNSUPPORTED, "f16 accumulation is an option of the fp8 W8A8 kernel, not of %s activations",
+            hm_dtype_name(l->act));
   if (l->act != HM_F16 && l->act != HM_BF16)
     HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: activations must be f16 or bf16, not %s", hm_dtype_name(l->act));
   if (l->out != HM_F16 && l->out != HM_BF16)
@@ -117,12 +121,12 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
   if (t->mma != HM_MMA_SYNC && t->mma != HM_MMA_WGMMA)
     HM_FAIL(HM_INVALID_ARGUMENT, "mma=%d is neither mma.sync (%d) nor wgmma (%d)", (int)t->mma, HM_MMA_SYNC,
             HM_MMA_WGMMA);
+  if (t->ws && t->mma != HM_MMA_WGMMA)
+    HM_FAIL(HM_UNSUPPORTED, "warp specialization is implemented for the wgmma kernels only");
   if (t->bk != 64 && t->bk != 128 && t->bk != 256) HM_FAIL(HM_INVALID_ARGUMENT, "tile bk=%d must be 64, 128 or 256", t->bk);
   HM_CHECK(t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_check(cfg) : check_warp_grid(cfg));
   if (t->stages < 2 || t->stages > 8) HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..8", t->stages);
   if (t->ctas_per_sm < 1 || t->ctas_per_sm > HM_GEMM_MAX_CTAS_PER_SM)
-  if (t->ws && t->mma != HM_MMA_WGMMA)
-    HM_FAIL(HM_UNSUPPORTED, "warp specialization is implemented for the wgmma kernels only");
     HM_FAIL(HM_INVALID_ARGUMENT, "ctas_per_sm=%d must be 1..%d", t->ctas_per_sm, HM_GEMM_MAX_CTAS_PER_SM);
   if (t->stream_k && (cfg->compute.batch_invariant || t->sk_min_iters < 1))
     HM_FAIL(HM_INVALID_ARGUMENT, "Stream-K needs sk_min_iters >= 1 (%d) and no batch invariance", t->sk_min_iters);
@@ -164,7 +168,8 @@ void hm_gemm_layer_key(const hm_gemm_config *cfg, char *buf, size_t len) {
   snprintf(buf, len, "%s_%s%s_%s%s_a%s_o%s%s%s_n%lld_k%lld_e%lld%s%s", hm_gemm_type_tag(cfg->compute.type),
            hm_dtype_name(l->weight), l->zero_point ? "z" : "", group, w8a8, hm_dtype_name(l->act),
            hm_dtype_name(l->out), l->bias ? "_b" : "", l->global_scale ? "_gs" : "", (long long)l->n,
-           (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "");
+           (long long)l->k, (long long)l->experts, cfg->compute.batch_invariant ? "_bi" : "",
+           cfg->compute.f16_acc ? "_acc16" : "");
 }
 
 void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {

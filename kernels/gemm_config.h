@@ -2,8 +2,9 @@
 /*
  * The configuration of one weight-only GEMM kernel: every field is a compile-time
  * constant of the generated source. Three parts: the layer (types, group, shape,
- * experts), the compute (GEMM type, batch invariance) and the tuning (tiles, warps,
- * stages, Stream-K). M, pointers, top_k and MoE metadata are run-time arguments.
+ * experts), the compute (GEMM type, batch invariance, f16 accumulation) and the tuning
+ * (tiles, warps, stages, Stream-K). M, pointers, top_k and MoE metadata are run-time
+ * arguments.
  */
 #ifndef HM_GEMM_CONFIG_H
 #define HM_GEMM_CONFIG_H
@@ -27,13 +28,14 @@ typedef struct hm_gemm_layer_part {
 typedef struct hm_gemm_compute_part {
   hm_gemm_type type;
   bool batch_invariant; /* no Stream-K: a row's result does not depend on M */
+  bool f16_acc;         /* fp8 W8A8: each k32 MMA sums in f16 (hm_layer_config.fp16_accumulate) */
 } hm_gemm_compute_part;
 
 #define HM_GEMM_MAX_CTAS_PER_SM 4
-
-/* The tensor-core instruction of the mainloop. */
 /* The producer warpgroup a warp-specialized kernel adds to its computing warps. */
 #define HM_GEMM_PRODUCER_THREADS 128
+
+/* The tensor-core instruction of the mainloop. */
 typedef enum hm_gemm_mma {
   HM_MMA_SYNC = 0, /* mma.sync m16n8k16, sm_80+ (gemm_kernel.cuh) */
   HM_MMA_WGMMA = 1 /* wgmma m64nNk16, sm_90a only, weights as A from registers (gemm_wgmma_kernel.cuh) */
@@ -48,10 +50,10 @@ typedef struct hm_gemm_tuning {
   int sk_min_iters;               /* fewest k-iterations a Stream-K CTA takes */
   int ctas_per_sm;                /* persistent CTAs per SM */
   hm_gemm_mma mma;                /* wgmma: warps_n a multiple of 4 (a warpgroup), warps_k 1 */
-} hm_gemm_tuning;
-
   bool ws;                        /* warp-specialized (wgmma): one more warpgroup loads the stages
                                      that the warps_m x warps_n warps compute */
+} hm_gemm_tuning;
+
 typedef struct hm_gemm_config {
   hm_gemm_layer_part layer;
   hm_gemm_compute_part compute;

@@ -97,9 +97,30 @@ static hm_status check_types(const hm_gemm_layer_part *l, int arch) {
   return HM_OK;
 }
 
+/*
+ * f16 accumulation (gemm_w8a8_kernel.cuh, acc16) adds each k32 MMA's f16 sums into f32 sums
+ * that the per-channel and per-token scales multiply at the end. Scales that change along K
+ * would scale each of them, and int8 MMAs sum exactly in s32 at full rate already.
+ */
+static hm_status check_f16_acc(const hm_gemm_layer_part *l) {
+  if (l->act != HM_F8E4M3)
+    HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: f16 accumulation takes f8e4m3 activations, not %s (int8 sums in s32)",
+            hm_dtype_name(l->act));
+  if (l->group_n != 0)
+    HM_FAIL(HM_UNSUPPORTED,
+            "W8A8 GEMM: f16 accumulation is refused for %dx%d block weight scales (per-channel fp8 or mxfp4 "
+            "weights only)",
+            l->group_n, l->group);
+  if (l->act_scale != HM_ACT_SCALE_TOKEN)
+    HM_FAIL(HM_UNSUPPORTED,
+            "W8A8 GEMM: f16 accumulation is refused for 1x128 activation scales (per-token scales only)");
+  return HM_OK;
+}
+
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
   const hm_gemm_layer_part *l = &cfg->layer;
   HM_CHECK(check_types(l, cfg->arch));
+  if (cfg->compute.f16_acc) HM_CHECK(check_f16_acc(l));
   if (l->n <= 0 || l->k <= 0 || l->experts <= 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "GEMM shape N=%lld K=%lld E=%lld must be positive", (long long)l->n,
             (long long)l->k, (long long)l->experts);
@@ -173,6 +194,9 @@ hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   if (t->mma == HM_MMA_WGMMA && hm_gemm_w4a8_format(&cfg->layer) != HM_W4_NONE)
     HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 GEMM: no wgmma kernel, 4-bit weights run on the mma.sync one");
+  if (t->mma == HM_MMA_WGMMA && cfg->compute.f16_acc)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "W8A8 GEMM: f16 accumulation runs on the mma.sync kernel, not on wgmma tiles");
   if (t->mma == HM_MMA_WGMMA) return check_wgmma_tuning(cfg);
   if (t->bm == 8) HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: no swapped 8-row tile (bm=8)");
   if ((t->bk / 32) % t->warps_k != 0)

@@ -4,9 +4,11 @@
  * (kernels/gemm_w8a8_wgmma.cuh): int8 x int8 with per-channel weight scales, fp8 e4m3 x
  * e4m3 with per-channel or 128x128 block weight scales, both with per-token or 1x128
  * activation scales; W4A8 on the mma.sync one: int4 x int8 per channel, mxfp4 (e2m1 with
- * e8m0 scales per 32) x fp8 e4m3. Their configs are hm_gemm_configs whose act is
- * 8-bit; the weight-only config code (gemm_config.c, gemm_gen.c, gemm_select.c) hands
- * them here for what differs: the layer's scale layout, legality, shared memory, kernel name.
+ * e8m0 scales per 32) x fp8 e4m3; f16 accumulation on the mma.sync one (compute.f16_acc:
+ * per-channel fp8 or mxfp4 weights, per-token scales). Their configs are hm_gemm_configs
+ * whose act is 8-bit; the weight-only config code (gemm_config.c, gemm_gen.c,
+ * gemm_select.c) hands them here for what differs: the layer's scale layout, legality,
+ * shared memory, kernel name.
  */
 #ifndef HM_GEMM_CONFIG_W8A8_H
 #define HM_GEMM_CONFIG_W8A8_H
@@ -21,7 +23,7 @@ bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
 int hm_gemm_w4a8_format(const hm_gemm_layer_part *l);
 /* Fills group, group_n and act_scale of out->layer from the public config's scheme. */
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out);
-/* The layer part's legality: types, scale layouts, arch, shape. */
+/* The layer part's legality: types, scale layouts, arch, shape, f16 accumulation. */
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg);
 /* What the W8A8 kernel adds to the common tuning rules (gemm_config.c check_tuning). */
 hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg);

@@ -61,8 +61,9 @@ static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
  */
 #define WGMMA_FIRST_CLASS 2
 
+/* f16 accumulation exists on the mma.sync kernels only. */
 static bool wgmma_class_applies(const hm_gemm_config *base) {
-  return !base->compute.batch_invariant && hm_gemm_wgmma_takes(base);
+  return !base->compute.batch_invariant && !base->compute.f16_acc && hm_gemm_wgmma_takes(base);
 }
 
 static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls) {

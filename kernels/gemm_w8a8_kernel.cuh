@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The W8A8 mma.sync GEMM: int8 x int8 -> s32 (sm_80+) or fp8 e4m3 x e4m3 -> f32 (sm_89+),
-// m16n8k32, on the schedule, row maps and epilogue of the weight-only kernel
+// The W8A8 mma.sync GEMM: int8 x int8 -> s32 (sm_80+) or fp8 e4m3 x e4m3 -> f32 or f16
+// (sm_89+), m16n8k32, on the schedule, row maps and epilogue of the weight-only kernel
 // (gemm_kernel.cuh). The MMAs sum raw codes; scales are applied in f32 outside them:
 // those that change along K (128x128 weight blocks, 1x128 activation groups) when a
 // stage's partial sums are folded into the accumulators, the per-channel and per-token
@@ -10,12 +10,27 @@
 // C adds to the weight-only constants (bits 8, group 0): a_int8 (else fp8 e4m3), w_block
 // (f32 weight scales per 128x128 block, else per channel), a_group (activation scales per
 // row and 128 columns, else per row), w4 (W4A8: 4-bit weights widened to 8 bits in
-// registers, hm_w4a8_codes.cuh; HM_W4_NONE for 8-bit ones).
+// registers, hm_w4a8_codes.cuh; HM_W4_NONE for 8-bit ones), acc16 (fp8 MMAs with f16
+// accumulators, below).
 //
 // W4A8 int4 is the int8 kernel on half-size units. W4A8 mxfp4 (e2m1, e8m0 scales per 32
 // along K) folds each k32 step's MMA into the accumulators with its column's power of two
 // in f32, which is exact for any scale; folding the scale into the widened e4m3 code would
 // lose the codes past e4m3's range (2^-9..448), so adversarial scales would not survive it.
+//
+// acc16 (fp8 only, per-channel or mxfp4 weights, per-token activation scales): each k32 MMA
+// sums in f16 from zero and is added into the f32 sums at once, so f16 never holds more
+// than 32 products. Even that overflows from raw codes: 32 x 448 x 448 = 6.4e6 against
+// f16's 65504, and random normal data quantized to the full e4m3 range already sums to
+// about 65000 (one sigma) over 32 products. So A codes enter the MMA as 2^-7 times their
+// value (hm_e4m3x4_div128, once per fragment, shared by the warp's n8 blocks) and the f32
+// add puts the 2^7 back: 32 x 448 x 3.5 = 50176 stays finite for any codes. The scaling is
+// exact for codes of 2 and more; smaller ones (under 1/224 of a row's largest, per-token
+// quantization putting that at 448) become multiples of 2^-2, e4m3's own step between 2
+// and 4. Keeping f16 partials over a whole stage instead would need 2^-10 at bk 256, a
+// step of 2 codes, which outlier-heavy activations (most codes under 16) would feel.
+// mxfp4 needs no scaling: widened e2m1 codes are at most 6 x 2^-6, so 32 x 448 x 0.094 =
+// 1344.
 #pragma once
 
 #include "gemm_kernel.cuh"
@@ -50,9 +65,13 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static_assert(!k_scaled || 128 % C::bk == 0, "a stage must lie in one 128-wide K scale block");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
   static_assert(!mx || (!C::a_int8 && !C::w_block && C::k % 32 == 0), "mxfp4: fp8 A, e8m0 scales per 32");
+  static_assert(!C::acc16 || (!C::a_int8 && !k_scaled), "f16 accumulation: fp8, scales constant along K");
   // What the f32 sums still carry: int4 codes enter as 16 q (its transform divides the
   // channel scales by 16); e2m1 codes as 2^-6 times their value, e8m0 scales as 2^(x - 126).
   static constexpr float w_factor = mx ? 32.0f : 1.0f;
+  // acc16: A codes enter the f16 MMA as 2^-7 times their value, but for mxfp4 (see above).
+  static constexpr bool a_div128 = C::acc16 && !mx;
+  static constexpr float a_factor = a_div128 ? 128.0f : 1.0f;
 };
 
 template <bool INT8>
@@ -64,9 +83,12 @@ struct hm_w8_sum<true> {
   typedef int type;
 };
 
-// A stage's partial sums of one thread, in the MMA's accumulator type: [unit][m16][n8][c0..c3].
+// A stage's partial sums of one thread, in the MMA's accumulator type (f32 for acc16, whose
+// f16 sums live one MMA long): [unit][m16][n8][c0..c3].
 template <class C>
-using hm_w8_part_t = typename hm_w8_sum<C::a_int8>::type[hm_gemm_traits<C>::nu][hm_gemm_traits<C>::mi][8][4];
+using hm_w8_sum_t = typename hm_w8_sum<C::a_int8>::type;
+template <class C>
+using hm_w8_part_t = hm_w8_sum_t<C>[hm_gemm_traits<C>::nu][hm_gemm_traits<C>::mi][8][4];
 
 // A rows are bk bytes, in 16-byte chunks swizzled within 128-byte lines, so that the eight
 // rows an ldmatrix phase reads fall in eight different bank groups. bk = 64 puts two rows
@@ -131,6 +153,36 @@ __device__ __forceinline__ void hm_w8_b_frags(const hm_u32 (&w)[WORDS], int j, h
   }
 }
 
+// One k32 MMA's sums from zero, in f32: through the f16-accumulator instruction with acc16.
+template <class C>
+__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&a)[4], hm_u32 b0, hm_u32 b1) {
+  if constexpr (C::acc16) {
+    hm_u32 h[2] = {0u, 0u};
+    hm_mma_16832_f16(h, a, b0, b1);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) d[c] = hm_h_to_f32<false>(h[c >> 1] >> (16 * (c & 1)));
+  } else {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) d[c] = 0.0f;
+    hm_mma_16832(d, a, b0, b1);
+  }
+}
+
+// part += A B for one n8 block of one m16 tile: in the MMA's own accumulators, or, with
+// acc16, from an f16 MMA of 2^-7 A (hm_w8_traits::a_div128), 2^7 put back in the f32 add.
+template <class C>
+__device__ __forceinline__ void hm_w8_mma_add(hm_w8_sum_t<C> (&part)[4], const hm_u32 (&a)[4], hm_u32 b0,
+                                              hm_u32 b1) {
+  if constexpr (C::acc16) {
+    float d[4];
+    hm_w8_mma_fresh<C>(d, a, b0, b1);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) part[c] += d[c] * hm_w8_traits<C>::a_factor;
+  } else {
+    hm_mma_16832(part, a, b0, b1);
+  }
+}
+
 // The warp's k32 steps of one stage into its partial sums.
 template <class C>
 __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
@@ -145,6 +197,9 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
     for (int m = 0; m < T::mi; ++m) {
       const int r = wm * T::wtm + m * 16 + (lane & 15);
       hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
+      if constexpr (T::a_div128)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) af[m][i] = hm_e4m3x4_div128(af[m][i]);
     }
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) {
@@ -158,7 +213,7 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
         hm_u32 b0, b1;
         hm_w8_b_frags<C>(w, j, b0, b1);
 #pragma unroll
-        for (int m = 0; m < T::mi; ++m) hm_mma_16832(part[u][m][j], af[m], b0, b1);
+        for (int m = 0; m < T::mi; ++m) hm_w8_mma_add<C>(part[u][m][j], af[m], b0, b1);
       }
     }
   }
@@ -203,8 +258,8 @@ __device__ __forceinline__ void hm_w4_mx_stage(const unsigned char *st, int wm, 
         hm_w4_mx_col_scales(sc, j, s2[0], s2[1]);
 #pragma unroll
         for (int m = 0; m < T::mi; ++m) {
-          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          hm_mma_16832(d, af[m], b0, b1);
+          float d[4];
+          hm_w8_mma_fresh<C>(d, af[m], b0, b1);
 #pragma unroll
           for (int c = 0; c < 4; ++c)
             acc[u][m][j][c] += d[c] * (C::a_group ? s2[c & 1] * ra[m][c >> 1] : s2[c & 1]);

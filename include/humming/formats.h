@@ -50,8 +50,9 @@ typedef struct hm_quant_scheme {
 
 /*
  * Parses a scheme name: bf16, w4a16 (u4 + zero points, bf16 g128), w4a16-sym (i4),
- * w8a16, w8a8-fp8 (128x128 blocks, 1x128 activations), w8a8-int8, w4a8-mxfp4,
- * w4a8-int4, w4a8-nvfp4. HM_INVALID_ARGUMENT for an unknown name.
+ * w8a16, w8a8-fp8 (128x128 blocks, 1x128 activations), w8a8-fp8-ch (per channel, per
+ * token), w8a8-int8, w4a8-mxfp4, w4a8-int4, w4a8-nvfp4. HM_INVALID_ARGUMENT for an
+ * unknown name.
  */
 HM_API hm_status hm_quant_scheme_parse(const char *name, hm_quant_scheme *out);
 /* Writes a short name of the scheme ("w4a16 u4 g128 zp") into buf. */

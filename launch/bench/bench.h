@@ -32,6 +32,7 @@ typedef struct hm_bench_opts {
   char plan_name[HM_OPT_STR_LEN]; /* kernel mode: auto|heuristic|tuned|default|all; "" = HUMMING_GEMM_PLAN's */
   char backend_name[HM_OPT_STR_LEN];
   char baseline_name[HM_OPT_STR_LEN]; /* ours | torch | none */
+  char acc_name[HM_OPT_STR_LEN];      /* kernel mode: f32 | f16 (hm_layer_config.fp16_accumulate) */
   char json_path[HM_OPT_STR_LEN], csv_path[HM_OPT_STR_LEN];
   hm_int_list m;
   int64_t ep, tp, iters, warmup, check, graph, flush, seed;
@@ -49,6 +50,7 @@ typedef struct hm_bench_opts {
   hm_model_preset model;
   hm_quant_scheme scheme;
   hm_gemm_type layout;
+  bool fp16_accumulate; /* --acc f16 */
 } hm_bench_opts;
 
 /* The roofline a row is compared with; zero rates when there is none (host). */

@@ -20,10 +20,15 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
       {"--top-k", HM_OPT_INT, &o->top_k, 0, 1024, "K", "override experts per token", NULL},
       {"--layers", HM_OPT_INT, &o->layers, 0, 1024, "L", "override the number of layers (e2e)", NULL},
       {"--quant", HM_OPT_STR, o->quant_name, 0, 0, "SCHEME",
-       "bf16 w4a16 w4a16-sym w8a16 w8a8-fp8 w8a8-int8 w4a8-mxfp4 w4a8-int4 w4a8-nvfp4", &o->seen_quant},
+       "bf16 w4a16 w4a16-sym w8a16 w8a8-fp8 w8a8-fp8-ch w8a8-int8 w4a8-mxfp4 w4a8-int4 w4a8-nvfp4",
+       &o->seen_quant},
       {"--layout", HM_OPT_STR, o->layout_name, 0, 0, "L",
        "kernel: indexed|contiguous|masked|dense; else auto|indexed|contiguous|masked", NULL},
       {"--gemm", HM_OPT_STR, o->gemm_name, 0, 0, "G", "kernel mode: gate_up | down", NULL},
+      {"--acc", HM_OPT_STR, o->acc_name, 0, 0, "A",
+       "kernel mode: f32 | f16 accumulation of fp8 MMAs (f16: per-channel or mxfp4 weights, per-token "
+       "scales)",
+       NULL},
       {"--plan", HM_OPT_STR, o->plan_name, 0, 0, "P",
        "kernel mode: kernel tables from auto|heuristic|tuned|default, or all three side by side "
        "(default: HUMMING_GEMM_PLAN)",
@@ -75,6 +80,7 @@ static void set_defaults(hm_bench_opts *o) {
   strcpy(o->model_name, "deepseek-mini");
   strcpy(o->quant_name, "w4a16");
   strcpy(o->gemm_name, "gate_up");
+  strcpy(o->acc_name, "f32");
   strcpy(o->backend_name, "auto");
   strcpy(o->baseline_name, "ours");
   strcpy(o->input_len, "512");
@@ -181,6 +187,7 @@ static bool resolve(hm_bench_opts *o) {
   const char *bad = NULL;
   hm_plan_source plan;
   bool kernel = o->mode == HM_MODE_KERNEL;
+  o->fp16_accumulate = strcmp(o->acc_name, "f16") == 0;
   if (o->layout_name[0] == '\0') strcpy(o->layout_name, kernel ? "indexed" : "auto");
   o->layout = HM_GEMM_INDEXED;
   bool layer_auto = !kernel && strcmp(o->layout_name, "auto") == 0;
@@ -193,6 +200,10 @@ static bool resolve(hm_bench_opts *o) {
     bad = "--ep/--tp shard the comm, layer and e2e modes; kernel mode times one GPU a rank";
   else if (strcmp(o->gemm_name, "gate_up") != 0 && strcmp(o->gemm_name, "down") != 0)
     bad = "--gemm: expected gate_up or down";
+  else if (strcmp(o->acc_name, "f32") != 0 && strcmp(o->acc_name, "f16") != 0)
+    bad = "--acc: expected f32 or f16";
+  else if (o->fp16_accumulate && (!kernel || o->scheme.act != HM_F8E4M3))
+    bad = "--acc f16 is a kernel-mode option of fp8 activations (--quant w8a8-fp8-ch or w4a8-mxfp4)";
   else if (o->plan_name[0] && strcmp(o->plan_name, "all") &&
            hm_plan_source_parse(o->plan_name, &plan) != HM_OK)
     bad = "--plan: expected auto, heuristic, tuned, default or all";

@@ -64,6 +64,8 @@ hm_status hm_bench_gemm_layer_create(hm_bench *b, const hm_bench_gemm_shape *sha
   cfg.experts = shape->experts;
   cfg.scheme = *scheme;
   cfg.out = HM_BF16;
+  /* --acc f16 is the quantized layer's (bench_args.c); the bf16 baseline has no such option. */
+  cfg.fp16_accumulate = b->o.fp16_accumulate && scheme->act == HM_F8E4M3;
   hm_status ret = HM_OK;
   HM_CHECK(hm_bench_random_weights(&out->w, &scheme->weight, shape->experts, shape->n, shape->k, seed));
   HM_CHECK_GOTO(hm_layer_create(b->engine, &cfg, &out->layer), fail);

@@ -102,6 +102,7 @@ static void config_json(hm_bench *b, const char *mode_name, const char *versions
   hm_report_config(r, "version", json_string(hm_get_version()));
   hm_report_config(r, "model", model_json(&b->o.model));
   hm_report_config(r, "quant", json_string(b->o.quant_name));
+  hm_report_config(r, "acc", json_string(b->o.acc_name));
   hm_report_config(r, "layout", json_string(b->o.layout_name));
   hm_report_config(r, "device", json_string(hm_engine_device_name(b->engine)));
   hm_report_config(r, "backend", json_string(b->cuda ? "cuda" : "host"));

@@ -7,7 +7,10 @@
  * gate-up gather and down with top-k weights, grouped-contiguous, grouped-masked) with an
  * expert that gets no tokens. C is poisoned first: every element the reference writes
  * must be written, no other. On sm_90 the same cases run again with the wgmma kernel
- * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes.
+ * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes, and
+ * again with its warp-specialized form (gemm_w8a8_ws.cuh). f16 accumulation
+ * (hm_layer_config.fp16_accumulate): fp8 per-channel and mxfp4 weights with per-token
+ * scales, dense and the MoE layouts, and every code at 448, within a looser bound.
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
@@ -54,6 +57,26 @@ static const w8_case moe_cases[] = {
      6},
 };
 
+/* f16 accumulation: per-channel fp8 (f32 and bf16 scales) or mxfp4 weights, per-token scales. */
+#define MXFP4 \
+  { HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 32, 0, false, false }
+static const w8_case acc16_dense_cases[] = {
+    {"dense fp8 channel tok bf16 bias acc16", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN,
+     HM_BF16, true, 712, 720, 1},
+    {"dense fp8 channel tok f16 acc16", CHANNEL(HM_F8E4M3, HM_BF16), HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16,
+     false, 520, 1040, 1},
+    {"dense mxfp4 tok bf16 acc16", MXFP4, HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_BF16, false, 456, 736, 1},
+};
+static const w8_case acc16_moe_cases[] = {
+    {"moe fp8 channel tok f16 bias acc16", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16,
+     true, 456, 528, 8},
+};
+/* Every code of A and W at 448: 32 products of 448 x 448 a k32 MMA, the most f16 must hold. */
+static const w8_case acc16_saturated_cases[] = {
+    {"dense fp8 channel tok bf16 acc16 all 448", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN,
+     HM_BF16, false, 264, 1024, 1},
+};
+
 static const int64_t m_list[] = {1, 7, 64, 333};
 static const int64_t wgmma_m_list[] = {7, 333, 1027};
 
@@ -79,6 +102,18 @@ static double tolerance(const w8_case *c) {
   return c->out == HM_BF16 ? 1.2e-2 : 5e-3;
 }
 
+/*
+ * What f16 accumulation (gemm_w8a8_kernel.cuh, acc16) adds to that bound. Each k32 MMA's
+ * sum of 32 products is rounded to f16 before the f32 sums take it: a relative error
+ * below 2^-11 of that partial (2^-10 if the tensor core truncates). On random data the
+ * partials are independent with one spread, so the normwise error of their f32 sum is a
+ * partial's, at most 2^-10 / sqrt(3) = 5.6e-4 (uniform rounding error). The 2^-7 the
+ * kernel puts on A moves only codes under 2 (1.3% of N(0,1) rows quantized to a maximum
+ * of 448 near 3.5 sigma), each by at most 2^-3 of a code spread near 128: 6e-5 normwise.
+ * Three times their sum.
+ */
+#define F16_ACC_EXTRA 2e-3
+
 /* One tuning compiled for a layer's GEMM type and bound to the layer's weights. */
 typedef struct w8_forced {
   hm_gemm_config cfg;
@@ -93,13 +128,13 @@ typedef struct w8_layer {
   hm_host_weights w;
   void *bias;
   const w8_forced *forced[4];
+  bool f16_acc; /* hm_layer_config.fp16_accumulate */
 } w8_layer;
 
-static void w8_layer_make(hm_rng *rng, const w8_case *c, w8_layer *x) {
+/* The layer of case c over f32 weights src (E, N, K). */
+static void w8_layer_from(hm_rng *rng, const w8_case *c, const float *src, bool f16_acc, w8_layer *x) {
   memset(x, 0, sizeof(*x));
-  const int64_t count = c->experts * c->n * c->k;
-  float *src = gt_alloc((size_t)count * sizeof(float));
-  hm_rng_fill_normal(rng, src, (size_t)count, 0.05f);
+  x->f16_acc = f16_acc;
   HM_ASSERT_OK(hm_host_weights_alloc(&x->w, &c->fmt, c->experts, c->n, c->k));
   HM_ASSERT_OK(hm_quantize_weights(src, &x->w));
   if (c->bias) x->bias = gt_random(rng, c->out, c->experts * c->n, 0.5f);
@@ -112,11 +147,25 @@ static void w8_layer_make(hm_rng *rng, const w8_case *c, w8_layer *x) {
   cfg.scheme.act_scale = c->act_scale;
   cfg.out = c->out;
   cfg.bias = c->bias;
+  cfg.fp16_accumulate = f16_acc;
   HM_ASSERT_OK(hm_layer_create(engine, &cfg, &x->layer));
   hm_weights_view v = hm_host_weights_view(&x->w);
   v.bias = x->bias;
   HM_ASSERT_OK(hm_layer_load(x->layer, &v));
   HM_ASSERT_OK(hm_layer_transform(x->layer, NULL));
+}
+
+/* The layer of case c over random normal weights. */
+static void w8_layer_random(hm_rng *rng, const w8_case *c, bool f16_acc, w8_layer *x) {
+  const int64_t count = c->experts * c->n * c->k;
+  float *src = gt_alloc((size_t)count * sizeof(float));
+  hm_rng_fill_normal(rng, src, (size_t)count, 0.05f);
+  w8_layer_from(rng, c, src, f16_acc, x);
+  free(src);
+}
+
+static void w8_layer_make(hm_rng *rng, const w8_case *c, w8_layer *x) {
+  w8_layer_random(rng, c, false, x);
 }
 
 static void w8_layer_free(w8_layer *x) {
@@ -139,6 +188,12 @@ static void w8_act_from(const w8_case *c, int64_t rows, const float *x, w8_act *
   a->q = gt_alloc((size_t)(rows * c->k));
   a->scales = gt_alloc((size_t)(rows * a->scales_per_row) * sizeof(float));
   if (rows > 0) HM_ASSERT_OK(hm_quantize_activations(x, rows, c->k, c->act, c->act_scale, a->q, a->scales));
+}
+
+static void w8_act_make(hm_rng *rng, const w8_case *c, int64_t rows, w8_act *a) {
+  float *x = gt_alloc((size_t)(rows * c->k) * sizeof(float));
+  hm_rng_fill_normal(rng, x, (size_t)(rows * c->k), 1.0f);
+  w8_act_from(c, rows, x, a);
   free(x);
 }
 
@@ -188,18 +243,12 @@ static bool w8_check(const w8_case *c, const w8_layer *x, hm_gemm_args host_args
                         gt_upload(engine, act->scales, (size_t)(act->rows * act->scales_per_row) * 4)};
   hm_gemm_args device_host_args = host_args;
   device_host_args.a = NULL; /* w8_forward supplies A */
-}
-
-static void w8_act_make(hm_rng *rng, const w8_case *c, int64_t rows, w8_act *a) {
-  float *x = gt_alloc((size_t)(rows * c->k) * sizeof(float));
-  hm_rng_fill_normal(rng, x, (size_t)(rows * c->k), 1.0f);
-  w8_act_from(c, rows, x, a);
   gt_device_run_with(engine, w8_forward, &ctx, &device_host_args, act->rows, c->k, c_rows, c->n, c->experts,
                      out);
   char what[160];
   snprintf(what, sizeof(what), "%s %s", c->name, layout);
   const double err = gt_compare(out, ref, c_rows * c->n, c->out, c->n, what);
-  const bool ok = err <= tolerance(c);
+  const bool ok = err <= tolerance(c) + (x->f16_acc ? F16_ACC_EXTRA : 0.0);
   printf("%-56s M=%-4lld rel_err %.2e %s\n", what, (long long)m, err, ok ? "ok" : "FAIL");
   hm_mem_free(engine, (void *)ctx.a);
   hm_mem_free(engine, (void *)ctx.a_scale);
@@ -388,23 +437,6 @@ static int forced_moe(const char *seed, const hm_gemm_tuning *shapes, size_t sha
     for (int t = HM_GEMM_INDEXED; t <= HM_GEMM_GROUPED_MASKED; t++) w8_forced_free(&f[t]);
     w8_layer_free(&x);
   }
-  if (failed) fail_msg("%d MoE W8A8 wgmma cases out of bound", failed);
-}
-
-int main(void) {
-  engine = hm_test_cuda_engine_or_skip();
-  if (engine == NULL) return HM_TEST_SKIP;
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(dense_matches_reference),
-      cmocka_unit_test(moe_layouts_match_reference),
-      cmocka_unit_test(wgmma_dense_matches_reference),
-      cmocka_unit_test(wgmma_moe_layouts_match_reference),
-  };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  hm_engine_destroy(engine);
-  hm_shutdown();
-  return rc;
-}
   return failed;
 }
 
@@ -421,3 +453,104 @@ static void wgmma_moe_layouts_match_reference(void **state) {
   if (!wgmma_or_skip()) skip();
   const int failed =
       forced_moe("w8a8_wgmma_moe_layouts_match_reference", wgmma_shapes, HM_ARRAY_SIZE(wgmma_shapes));
+  if (failed) fail_msg("%d MoE W8A8 wgmma cases out of bound", failed);
+}
+
+static void ws_dense_matches_reference(void **state) {
+  (void)state;
+  if (!wgmma_or_skip()) skip();
+  const int failed = forced_dense("w8a8_ws_dense_matches_reference", ws_shapes, HM_ARRAY_SIZE(ws_shapes));
+  if (failed) fail_msg("%d dense W8A8 warp-specialized cases out of bound", failed);
+}
+
+static void ws_moe_layouts_match_reference(void **state) {
+  (void)state;
+  if (!wgmma_or_skip()) skip();
+  const int failed = forced_moe("w8a8_ws_moe_layouts_match_reference", ws_shapes, HM_ARRAY_SIZE(ws_shapes));
+  if (failed) fail_msg("%d MoE W8A8 warp-specialized cases out of bound", failed);
+}
+
+static bool f16_acc_or_skip(void) {
+  if (engine->arch >= 89) return true;
+  printf("SKIP: f16 accumulation of fp8 MMAs needs sm_89, device is sm_%d\n", engine->arch);
+  return false;
+}
+
+/* Weights of +-1/20 by column and activations of 1: every code 448, so that each k32 MMA
+ * sums 32 x 448 x 448 (f16 would overflow without the kernel's 2^-7 on A). */
+static bool f16_acc_saturated(const w8_case *c, int64_t m) {
+  float *w = gt_alloc((size_t)(c->n * c->k) * sizeof(float));
+  for (int64_t i = 0; i < c->n * c->k; i++) w[i] = (i / c->k) % 2 ? -0.05f : 0.05f;
+  w8_layer x;
+  w8_layer_from(NULL, c, w, true, &x);
+  free(w);
+  float *a = gt_alloc((size_t)(m * c->k) * sizeof(float));
+  for (int64_t i = 0; i < m * c->k; i++) a[i] = 1.0f;
+  w8_act act;
+  w8_act_from(c, m, a, &act);
+  free(a);
+  const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m};
+  const bool ok = w8_check(c, &x, args, &act, m, "dense", m);
+  w8_act_free(&act);
+  w8_layer_free(&x);
+  return ok;
+}
+
+static void f16_acc_dense_matches_reference(void **state) {
+  (void)state;
+  if (!f16_acc_or_skip()) skip();
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w8a8_f16_acc_dense_matches_reference"));
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(acc16_dense_cases); i++) {
+    const w8_case *c = &acc16_dense_cases[i];
+    w8_layer x;
+    w8_layer_random(&rng, c, true, &x);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) failed += !w8_dense(&rng, c, &x, m_list[j]);
+    w8_layer_free(&x);
+  }
+  for (size_t i = 0; i < HM_ARRAY_SIZE(acc16_saturated_cases); i++)
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++)
+      failed += !f16_acc_saturated(&acc16_saturated_cases[i], m_list[j]);
+  if (failed) fail_msg("%d dense W8A8 f16-accumulation cases out of bound", failed);
+}
+
+static void f16_acc_moe_layouts_match_reference(void **state) {
+  (void)state;
+  if (!f16_acc_or_skip()) skip();
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w8a8_f16_acc_moe_layouts_match_reference"));
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(acc16_moe_cases); i++) {
+    const w8_case *c = &acc16_moe_cases[i];
+    w8_layer x;
+    w8_layer_random(&rng, c, true, &x);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
+      failed += !w8_indexed(&rng, c, &x, m_list[j], false);
+      failed += !w8_indexed(&rng, c, &x, m_list[j], true);
+      failed += !w8_contiguous(&rng, c, &x, m_list[j]);
+      failed += !w8_masked(&rng, c, &x, m_list[j]);
+    }
+    w8_layer_free(&x);
+  }
+  if (failed) fail_msg("%d MoE W8A8 f16-accumulation cases out of bound", failed);
+}
+
+int main(void) {
+  engine = hm_test_cuda_engine_or_skip();
+  if (engine == NULL) return HM_TEST_SKIP;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(dense_matches_reference),
+      cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(wgmma_dense_matches_reference),
+      cmocka_unit_test(wgmma_moe_layouts_match_reference),
+      cmocka_unit_test(ws_dense_matches_reference),
+      cmocka_unit_test(ws_moe_layouts_match_reference),
+      cmocka_unit_test(f16_acc_dense_matches_reference),
+      cmocka_unit_test(f16_acc_moe_layouts_match_reference),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  hm_engine_destroy(engine);
+  hm_shutdown();
+  return rc;
+}

@@ -196,6 +196,99 @@ static void unsupported_configs_are_refused(void **state) {
   assert_string_not_equal(tok, grp);
 }
 
+/* f16 accumulation: the bench's schemes, fp8 per-channel or mxfp4 weights with per-token scales. */
+static hm_layer_config acc16_layer(bool mxfp4, int64_t experts) {
+  hm_layer_config c = layer_of(&variants[2], experts, false);
+  HM_ASSERT_OK(hm_quant_scheme_parse(mxfp4 ? "w4a8-mxfp4" : "w8a8-fp8-ch", &c.scheme));
+  c.fp16_accumulate = true;
+  return c;
+}
+
+/* Every plan entry stays on mma.sync, sm_90 included (no wgmma kernel sums in f16), and
+ * names its kernel apart from the f32 one's, so that the compile cache and tuning tables
+ * keep them apart. */
+static void f16_accumulation_plans_are_mma_sync(void **state) {
+  (void)state;
+  const int archs[] = {89, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
+    for (int mx = 0; mx < 2; mx++)
+      for (int t = 0; t < 4; t++) {
+        const hm_layer_config lc = acc16_layer(mx, t == HM_GEMM_DENSE ? 1 : 8);
+        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+        for (int j = 0; j < plan.count; j++) {
+          const hm_gemm_config *c = &plan.cfg[j];
+          HM_ASSERT_OK(hm_gemm_config_check(c));
+          assert_true(c->compute.f16_acc);
+          assert_int_equal(c->tuning.mma, HM_MMA_SYNC);
+          char acc16[256], acc32[256];
+          hm_gemm_config_name(c, acc16, sizeof(acc16));
+          hm_gemm_config f32 = *c;
+          f32.compute.f16_acc = false;
+          hm_gemm_config_name(&f32, acc32, sizeof(acc32));
+          assert_non_null(strstr(acc16, "_acc16"));
+          assert_string_not_equal(acc16, acc32);
+        }
+      }
+}
+
+/* Refused where the f32 fold must scale each k32 step's sums or the kernel has no f16 form. */
+static void f16_accumulation_refusals(void **state) {
+  (void)state;
+  hm_gemm_config base, c;
+  hm_layer_config lc = layer_of(&variants[1], 1, false); /* fp8 128x128 blocks, per token */
+  lc.fp16_accumulate = true;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 89, &base));
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "block weight scales"));
+  lc = layer_of(&variants[3], 1, false); /* fp8 per channel, 1x128 activation scales */
+  lc.fp16_accumulate = true;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 89, &base));
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "1x128 activation scales"));
+  lc = layer_of(&variants[4], 1, false); /* int8 */
+  lc.fp16_accumulate = true;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 89, &base));
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "f8e4m3 activations"));
+  lc.scheme.weight.weight = HM_I4; /* W4A8 int4: int8 activations too */
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 89, &base));
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+  lc = layer_of(&variants[2], 1, false);
+  lc.scheme.weight = (hm_quant_format){HM_U4, HM_BF16, HM_SCALE_GROUP, 128, 0, false, false};
+  lc.scheme.act = HM_BF16;
+  lc.scheme.act_scale = HM_ACT_SCALE_NONE;
+  lc.fp16_accumulate = true; /* the weight-only kernels have no such option */
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 89, &base));
+  assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "fp8 W8A8"));
+  /* A wgmma tile forced on the option. */
+  lc = layer_of(&variants[2], 1, false);
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base));
+  HM_ASSERT_OK(hm_gemm_select(&base, 4096, &c));
+  assert_int_equal(c.tuning.mma, HM_MMA_WGMMA);
+  c.compute.f16_acc = true;
+  assert_int_equal(hm_gemm_config_check(&c), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "mma.sync"));
+}
+
+/* Dense plans whole, the decode and large-M entries of an indexed one, for both weight formats. */
+static void f16_accumulation_compiles_for_sm89_and_sm90a(void **state) {
+  (void)state;
+  static tg_batch b;
+  const int archs[] = {89, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
+    for (int mx = 0; mx < 2; mx++) {
+      const hm_layer_config dense = acc16_layer(mx, 1);
+      const hm_gemm_plan plan = plan_of(&dense, HM_GEMM_DENSE, archs[a]);
+      for (int j = 0; j < plan.count; j++) tg_add_gemm(&b, &plan.cfg[j]);
+      const hm_layer_config moe = acc16_layer(mx, 64);
+      const hm_gemm_plan idx = plan_of(&moe, HM_GEMM_INDEXED, archs[a]);
+      tg_add_gemm(&b, &idx.cfg[0]);
+      tg_add_gemm(&b, &idx.cfg[idx.count - 1]);
+    }
+  tg_compile_all(b.src, b.count, "W8A8 f16-accumulation GEMM");
+}
+
 /* Units of 32x64 bytes over N padded to 64 and K to 32; f32 scales in the canonical order. */
 static void transform_sizes_follow_the_layouts(void **state) {
   (void)state;
@@ -235,6 +328,9 @@ int main(void) {
       cmocka_unit_test(unsupported_configs_are_refused),
       cmocka_unit_test(transform_sizes_follow_the_layouts),
       cmocka_unit_test(every_variant_compiles_for_sm89_and_sm90a),
+      cmocka_unit_test(f16_accumulation_plans_are_mma_sync),
+      cmocka_unit_test(f16_accumulation_refusals),
+      cmocka_unit_test(f16_accumulation_compiles_for_sm89_and_sm90a),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

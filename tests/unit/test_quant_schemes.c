@@ -9,8 +9,8 @@
 #define N 128
 #define K 256
 
-static const char *const names[] = {"bf16",      "w4a16",      "w4a16-sym", "w8a16",     "w8a8-fp8",
-                                    "w8a8-int8", "w4a8-mxfp4", "w4a8-int4", "w4a8-nvfp4"};
+static const char *const names[] = {"bf16",        "w4a16",     "w4a16-sym",  "w8a16",     "w8a8-fp8",
+                                    "w8a8-fp8-ch", "w8a8-int8", "w4a8-mxfp4", "w4a8-int4", "w4a8-nvfp4"};
 
 /* Array sizes of one expert, from the contract's shapes. */
 static void check_sizes(const hm_quant_format *f) {

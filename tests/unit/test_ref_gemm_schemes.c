@@ -7,8 +7,9 @@
  */
 #include "test_ref_gemm_util.h"
 
-static const char *const scheme_names[] = {"bf16",      "w4a16",      "w4a16-sym", "w8a16",     "w8a8-fp8",
-                                           "w8a8-int8", "w4a8-mxfp4", "w4a8-int4", "w4a8-nvfp4"};
+static const char *const scheme_names[] = {"bf16",      "w4a16",       "w4a16-sym", "w8a16",
+                                           "w8a8-fp8",  "w8a8-fp8-ch", "w8a8-int8", "w4a8-mxfp4",
+                                           "w4a8-int4", "w4a8-nvfp4"};
 
 struct scheme_case {
   const char *name;

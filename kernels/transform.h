@@ -43,6 +43,26 @@ typedef struct hm_transform_buffers {
 /* Generates the transform kernel of d (one module for its three parts). */
 hm_status hm_transform_gen(const hm_transform_desc *d, hm_gemm_source *out);
 
+/* What the generated source of each transform family (transform.c, transform_w8.c,
+ * transform_w4a8.c) names: its generator, the device header it includes, the kernel's
+ * parameter struct (with its host size, which the source asserts the device agrees on)
+ * and the device function the kernel calls. */
+typedef struct hm_transform_template {
+  const char *generator, *header, *params_type;
+  size_t params_size;
+  const char *run;
+} hm_transform_template;
+
+/* The source of the kernel named out->name: t's run with template arguments targs, for arch. */
+hm_status hm_transform_source(const hm_transform_template *t, const char *targs, int arch,
+                              hm_gemm_source *out);
+
+/* The template argument of a scale type in the transform kernels: f16 0, bf16 1, f32 2. */
+int hm_transform_scale_code(hm_dtype scale);
+
+/* Generates and compiles (once, through the JIT cache) the transform kernel of d. */
+hm_status hm_transform_kernel(hm_engine *engine, const hm_transform_desc *d, hm_kernel **out);
+
 /* Compiles (once) and runs the transform kernels on stream. */
 /* Launches a transform kernel over total items: 256-thread blocks striding over them, at
  * most 16 blocks an SM; params is the kernel's one argument (a struct by value). */

@@ -8,6 +8,7 @@
 
 #include "hm_test.h"
 #include "kernels/gemm_gen.h"
+#include "kernels/gemm_select.h"
 #include "kernels/transform.h"
 
 #define TG_BATCH_MAX 1024
@@ -35,6 +36,41 @@ static inline void tg_add_transform(tg_batch *b, const hm_transform_desc *d) {
   assert_true(b->count < TG_BATCH_MAX);
   HM_ASSERT_OK(hm_transform_gen(d, &b->src[b->count]));
   tg_take(b, d->arch);
+}
+
+/* Adds the transform of one 128x128 expert: weight codes with scales per group (0: per
+ * channel), for activations act. */
+static inline void tg_add_transform_128(tg_batch *b, hm_dtype weight, hm_dtype scale, int group, hm_dtype act,
+                                        int arch) {
+  const hm_transform_desc d = {.weight = weight,
+                               .scale = scale,
+                               .act = act,
+                               .group = group,
+                               .n = 128,
+                               .k = 128,
+                               .experts = 1,
+                               .arch = arch};
+  tg_add_transform(b, &d);
+}
+
+/* The plan of a layer's GEMM type on arch. */
+static inline hm_gemm_plan tg_plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  return plan;
+}
+
+/* Adds the plans of the GEMM types a layer takes on arch (dense alone, or the three MoE
+ * ones): each entry of type own's, the decode (first) and large-M (last) entries of the others. */
+static inline void tg_add_layer_plans(tg_batch *b, const hm_layer_config *lc, hm_gemm_type own, int arch) {
+  for (int t = 0; t < 4; t++) {
+    if ((t == HM_GEMM_DENSE) != (lc->experts == 1)) continue;
+    const hm_gemm_plan plan = tg_plan_of(lc, (hm_gemm_type)t, arch);
+    for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) tg_add_gemm(b, &plan.cfg[j]);
+    if (t != (int)own) tg_add_gemm(b, &plan.cfg[plan.count - 1]);
+  }
 }
 
 /* Compiles count generated sources (through the cache), names the first failures, asserts

@@ -54,14 +54,6 @@ static hm_layer_config layer_of(const variant *v, int64_t experts) {
   return c;
 }
 
-static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
-  hm_gemm_plan plan;
-  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
-  return plan;
-}
-
 static bool arch_takes(const variant *v, int arch) {
   return arch >= (v->weight == HM_I4 ? 80 : 89);
 }
@@ -75,26 +67,11 @@ static void every_variant_compiles(void **state) {
       if (!arch_takes(&variants[i], archs[a])) continue;
       const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64);
       const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
-      for (int t = 0; t < 4; t++) {
-        if ((t == HM_GEMM_DENSE) != (lc.experts == 1)) continue;
-        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
-        for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) tg_add_gemm(&b, &plan.cfg[j]);
-        if (t != (int)own) tg_add_gemm(&b, &plan.cfg[plan.count - 1]);
-      }
+      tg_add_layer_plans(&b, &lc, own, archs[a]);
     }
-    hm_transform_desc d = {
-        .weight = HM_I4, .scale = HM_BF16, .act = HM_I8, .n = 128, .k = 128, .experts = 1, .arch = archs[a]};
-    tg_add_transform(&b, &d);
+    tg_add_transform_128(&b, HM_I4, HM_BF16, 0, HM_I8, archs[a]);
     if (archs[a] < 89) continue;
-    d = (hm_transform_desc){.weight = HM_F4E2M1,
-                            .scale = HM_E8M0,
-                            .act = HM_F8E4M3,
-                            .group = 32,
-                            .n = 128,
-                            .k = 128,
-                            .experts = 1,
-                            .arch = archs[a]};
-    tg_add_transform(&b, &d);
+    tg_add_transform_128(&b, HM_F4E2M1, HM_E8M0, 32, HM_F8E4M3, archs[a]);
   }
   tg_compile_all(b.src, b.count, "W4A8 GEMM and transform");
 }
@@ -148,7 +125,7 @@ static void plans_are_mma_sync(void **state) {
       for (int t = 0; t < 4; t++) {
         const int64_t experts = t == HM_GEMM_DENSE ? 1 : 8;
         const hm_layer_config lc = layer_of(&variants[i], experts);
-        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+        const hm_gemm_plan plan = tg_plan_of(&lc, (hm_gemm_type)t, archs[a]);
         assert_true(plan.count >= 1 && plan.m_hi[plan.count - 1] == INT64_MAX);
         for (int j = 0; j < plan.count; j++) {
           const hm_gemm_config *c = &plan.cfg[j];

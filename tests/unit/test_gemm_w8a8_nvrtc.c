@@ -54,14 +54,6 @@ static hm_layer_config layer_of(const variant *v, int64_t experts, bool invarian
   return c;
 }
 
-static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
-  hm_gemm_plan plan;
-  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
-  return plan;
-}
-
 static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
   (void)state;
   static tg_batch b;
@@ -70,28 +62,14 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
     for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
       const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64, false);
       const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
-      for (int t = 0; t < 4; t++) {
-        if ((t == HM_GEMM_DENSE) != (lc.experts == 1)) continue;
-        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
-        /* Each plan entry of the variant's own type; the decode and large-M entries of the others. */
-        for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) tg_add_gemm(&b, &plan.cfg[j]);
-        if (t != (int)own) tg_add_gemm(&b, &plan.cfg[plan.count - 1]);
-      }
+      tg_add_layer_plans(&b, &lc, own, archs[a]);
     }
     const hm_layer_config inv = layer_of(&variants[0], 1, true);
-    const hm_gemm_plan plan = plan_of(&inv, HM_GEMM_DENSE, archs[a]);
+    const hm_gemm_plan plan = tg_plan_of(&inv, HM_GEMM_DENSE, archs[a]);
     tg_add_gemm(&b, &plan.cfg[plan.count - 1]);
     const hm_dtype scale_types[] = {HM_F16, HM_BF16, HM_F32};
-    for (size_t s = 0; s < HM_ARRAY_SIZE(scale_types); s++) {
-      hm_transform_desc d = {.weight = HM_F8E4M3,
-                             .scale = scale_types[s],
-                             .act = HM_F8E4M3,
-                             .n = 128,
-                             .k = 128,
-                             .experts = 1,
-                             .arch = archs[a]};
-      tg_add_transform(&b, &d);
-    }
+    for (size_t s = 0; s < HM_ARRAY_SIZE(scale_types); s++)
+      tg_add_transform_128(&b, HM_F8E4M3, scale_types[s], 0, HM_F8E4M3, archs[a]);
   }
   tg_compile_all(b.src, b.count, "W8A8 GEMM and transform");
 }
@@ -110,7 +88,7 @@ static void plans_are_legal(void **state) {
         for (int t = 0; t < 4; t++) {
           const int64_t experts = t == HM_GEMM_DENSE ? 1 : 8;
           const hm_layer_config lc = layer_of(&variants[i], experts, inv);
-          const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+          const hm_gemm_plan plan = tg_plan_of(&lc, (hm_gemm_type)t, archs[a]);
           assert_true(plan.count >= 1 && plan.m_hi[plan.count - 1] == INT64_MAX);
           for (int j = 0; j < plan.count; j++) {
             const hm_gemm_config *c = &plan.cfg[j];
@@ -214,7 +192,7 @@ static void f16_accumulation_plans_are_mma_sync(void **state) {
     for (int mx = 0; mx < 2; mx++)
       for (int t = 0; t < 4; t++) {
         const hm_layer_config lc = acc16_layer(mx, t == HM_GEMM_DENSE ? 1 : 8);
-        const hm_gemm_plan plan = plan_of(&lc, (hm_gemm_type)t, archs[a]);
+        const hm_gemm_plan plan = tg_plan_of(&lc, (hm_gemm_type)t, archs[a]);
         for (int j = 0; j < plan.count; j++) {
           const hm_gemm_config *c = &plan.cfg[j];
           HM_ASSERT_OK(hm_gemm_config_check(c));
@@ -279,10 +257,10 @@ static void f16_accumulation_compiles_for_sm89_and_sm90a(void **state) {
   for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
     for (int mx = 0; mx < 2; mx++) {
       const hm_layer_config dense = acc16_layer(mx, 1);
-      const hm_gemm_plan plan = plan_of(&dense, HM_GEMM_DENSE, archs[a]);
+      const hm_gemm_plan plan = tg_plan_of(&dense, HM_GEMM_DENSE, archs[a]);
       for (int j = 0; j < plan.count; j++) tg_add_gemm(&b, &plan.cfg[j]);
       const hm_layer_config moe = acc16_layer(mx, 64);
-      const hm_gemm_plan idx = plan_of(&moe, HM_GEMM_INDEXED, archs[a]);
+      const hm_gemm_plan idx = tg_plan_of(&moe, HM_GEMM_INDEXED, archs[a]);
       tg_add_gemm(&b, &idx.cfg[0]);
       tg_add_gemm(&b, &idx.cfg[idx.count - 1]);
     }

@@ -45,9 +45,6 @@
 /* ~120 instructions a warp (16 scale loads, 32 products, 64 FMAs, the wait) with 8 warps on
  * 4 schedulers: some 300 cycles of the tensor cores idle an iteration, not measured yet. */
 #define W8A8_WGMMA_FOLD_US 0.17
-/* A warp-specialized kernel has no CTA barrier an iteration and one consumer warpgroup's
- * fold runs under the other's wgmmas: half the iteration cost, no fold (not measured yet). */
-#define WS_ITER_FACTOR 0.5
 
 /* Masked launches skip the experts no row reached (their tiles come from the counts), as
  * the other grouped types do. */
@@ -147,9 +144,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   /* CTAs sharing an SM were not seen to hide each other's iteration cost: it counts per SM.
    * A two-stage ring has nothing in flight while it computes: each iteration waits out a
    * whole DRAM round trip. */
-  const bool folds = t->mma == HM_MMA_WGMMA && !t->ws && hm_gemm_is_w8a8(&cfg->layer);
-  const double per_iter_us = K_ITER_US * (t->ws ? WS_ITER_FACTOR : 1.0) +
-                             (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
+  const bool folds = t->mma == HM_MMA_WGMMA && hm_gemm_is_w8a8(&cfg->layer);
+  const double per_iter_us =
+      K_ITER_US + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
   const double iter_us = per_iter_us * makespan_iters(t, tiles, k_iters, p->sm_count) * t->ctas_per_sm;
   out->predicted_us =
       LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (t->stream_k ? SK_FIXUP_US : 0.0);

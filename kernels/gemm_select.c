@@ -72,16 +72,12 @@ static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls
    * docs/PERF.md 2026-12-03): half the k-iterations, each with its barrier. */
   static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* W8A8 keeps a stage's partial sums beside the accumulators: 64 columns a warpgroup, two
-   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. Warp-specialized
-   * (gemm_w8a8_ws.cuh): a third warpgroup loads, and its C staging of its own leaves bm 128 four
-   * stages (fit_smem); a layer of 64 columns or fewer has one computing warpgroup, too few. */
-  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true};
-  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true};
-  if (hm_gemm_is_w8a8(&base->layer)) {
-    hm_gemm_tuning t = cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
-    t.ws = base->layer.n > 64;
-    return t;
-  }
+   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. Not the
+   * warp-specialized kernel: it ran at half this one's rate on the H200 (docs/PERF.md,
+   * 2026-12-03 third session, call 3). */
+  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
+  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
+  if (hm_gemm_is_w8a8(&base->layer)) return cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
   return cls == ROW_CLASS_COUNT - 1 ? large : mid;
 }
 

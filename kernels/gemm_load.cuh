@@ -44,14 +44,15 @@ __device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsig
                                                    [](int r, int ch) { return hm_a_offset<C>(r, ch); });
 }
 
-// Weight units of the tile's columns for k-tile kt; each column of units is contiguous.
-// T: the kernel's traits (sizes, offsets, threads), so that the wgmma kernel shares this.
-template <class C, class T = hm_gemm_traits<C>>
-__device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st) {
-  constexpr int unit_chunks = T::unit_bytes / 16;
+// Per-unit data of the tile's columns for k-tile kt, UNIT bytes a unit and k step, laid out
+// like the weight units ((E, N/64, K steps) of UNIT bytes; each column is contiguous), into
+// dst. T: the kernel's traits (sizes, threads), so that every kernel shares this.
+template <class C, class T, int UNIT>
+__device__ __forceinline__ void hm_load_unit_data(const unsigned char *src, const hm_tile &tile, int kt,
+                                                  unsigned char *dst) {
+  constexpr int unit_chunks = UNIT / 16;
   constexpr int col_chunks = T::steps * unit_chunks;
   constexpr int total = T::bn_units * col_chunks;
-  const unsigned char *b = (const unsigned char *)p.b;
 #pragma unroll
   for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
     const int i = it * T::threads + (int)threadIdx.x;
@@ -60,10 +61,16 @@ __device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile
       const int unit = tile.n_tile * T::bn_units + col;
       const int k16 = kt * T::steps + rem / unit_chunks;
       const bool ok = unit < T::n_units && k16 < T::k16;
-      const long long src = (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * T::unit_bytes + rem * 16;
-      hm_cp_async16(st + T::b_off + col * T::steps * T::unit_bytes + rem * 16, ok ? b + src : b, ok);
+      const long long off = (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * UNIT + rem * 16;
+      hm_cp_async16(dst + col * T::steps * UNIT + rem * 16, ok ? src + off : src, ok);
     }
   }
+}
+
+// Weight units of the tile's columns for k-tile kt.
+template <class C, class T = hm_gemm_traits<C>>
+__device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st) {
+  hm_load_unit_data<C, T, T::unit_bytes>((const unsigned char *)p.b, tile, kt, st + T::b_off);
 }
 
 // Scales (128 bytes) or zero points (64 bytes) per group and unit column.

@@ -106,37 +106,16 @@ __device__ __forceinline__ void hm_w8_load_a(const hm_gemm_params &p, int kt, un
                                                  [](int r, int ch) { return hm_w8_a_offset<C>(r, ch); });
 }
 
-// mxfp4: the e8m0 scales of the tile's units for k-tile kt, laid out like the units
-// ((E, N/64, K/32) of 64 bytes, transform_w4a8.cuh).
-template <class C>
-__device__ __forceinline__ void hm_w4_load_mx_scales(const hm_gemm_params &p, const hm_tile &tile, int kt,
-                                                     unsigned char *st) {
-  using T = hm_w8_traits<C>;
-  constexpr int unit_chunks = T::mx_unit_bytes / 16;
-  constexpr int col_chunks = T::steps * unit_chunks;
-  constexpr int total = T::bn_units * col_chunks;
-  const unsigned char *s = (const unsigned char *)p.scales;
-#pragma unroll
-  for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
-    const int i = it * T::threads + (int)threadIdx.x;
-    if (total % T::threads == 0 || i < total) {
-      const int col = i / col_chunks, rem = i % col_chunks;
-      const int unit = tile.n_tile * T::bn_units + col;
-      const int k32 = kt * T::steps + rem / unit_chunks;
-      const bool ok = unit < T::n_units && k32 < T::k16;
-      const long long src =
-          (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * T::mx_unit_bytes + rem * 16;
-      hm_cp_async16(st + T::s_off + col * T::steps * T::mx_unit_bytes + rem * 16, ok ? s + src : s, ok);
-    }
-  }
-}
-
 template <class C>
 __device__ __forceinline__ void hm_w8_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                  unsigned char *st, const int *a_row) {
+  using T = hm_w8_traits<C>;
   hm_w8_load_a<C>(p, kt, st, a_row);
-  hm_load_b<C, hm_w8_traits<C>>(p, tile, kt, st);
-  if constexpr (hm_w8_traits<C>::mx) hm_w4_load_mx_scales<C>(p, tile, kt, st);
+  hm_load_b<C, T>(p, tile, kt, st);
+  // mxfp4: the e8m0 scales, 64 bytes a unit and k32 step, laid out like the units
+  // (transform_w4a8.cuh).
+  if constexpr (T::mx)
+    hm_load_unit_data<C, T, T::mx_unit_bytes>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
 }
 
 // The B fragment pair of n8 block j from a lane's words of one unit (8-bit: two words a

@@ -184,6 +184,17 @@ static void bad_configs_are_refused(void **state) {
   c.scheme.weight.zero_point = true;
   c.scheme.weight.weight = HM_I4; /* zero points with signed codes */
   assert_int_equal(hm_layer_create(e, &c, &l), HM_INVALID_ARGUMENT);
+  /* f16 accumulation: refused on the host as on the GPU outside what its kernels take. */
+  c = good;
+  c.fp16_accumulate = true;
+  assert_int_equal(hm_layer_create(e, &c, &l), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "f16 accumulation"));
+  c.n = 128;
+  HM_ASSERT_OK(hm_quant_scheme_parse("w8a8-fp8", &c.scheme)); /* 128x128 blocks */
+  assert_int_equal(hm_layer_create(e, &c, &l), HM_UNSUPPORTED);
+  HM_ASSERT_OK(hm_quant_scheme_parse("w8a8-fp8-ch", &c.scheme));
+  HM_ASSERT_OK(hm_layer_create(e, &c, &l));
+  hm_layer_destroy(l);
   hm_engine_destroy(e);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "layer_internal.h"
 #include "numfmt.h"
 
@@ -26,18 +27,12 @@ static hm_status check_act(const hm_quant_scheme *s) {
   return HM_OK;
 }
 
-/* The combinations the f16-accumulation kernels take (kernels/gemm_config_w8a8.c), refused
- * on every backend alike although the host reference sums in f32 whatever it is asked. */
-static hm_status check_fp16_accumulate(const hm_quant_scheme *s) {
-  const hm_quant_format *w = &s->weight;
-  const bool fp8_channel = w->weight == HM_F8E4M3 && w->scale_kind == HM_SCALE_CHANNEL;
-  const bool mxfp4 = w->weight == HM_F4E2M1 && w->scale == HM_E8M0;
-  if (s->act != HM_F8E4M3 || s->act_scale != HM_ACT_SCALE_TOKEN || !(fp8_channel || mxfp4))
-    HM_FAIL(HM_UNSUPPORTED,
-            "f16 accumulation takes fp8 activations with per-token scales and per-channel fp8 or mxfp4 "
-            "weights, not %s weights (scale layout %d) with %s activations (scale layout %d)",
-            hm_dtype_name(w->weight), (int)w->scale_kind, hm_dtype_name(s->act), (int)s->act_scale);
-  return HM_OK;
+/* The kernels' rule for f16 accumulation, applied on every backend alike although the host
+ * reference sums in f32 whatever it is asked. */
+static hm_status check_fp16_accumulate(const hm_layer_config *c) {
+  hm_gemm_config g;
+  HM_CHECK(hm_gemm_config_from_layer(c, c->experts > 1 ? HM_GEMM_INDEXED : HM_GEMM_DENSE, 0, &g));
+  return hm_gemm_f16_acc_check(&g.layer);
 }
 
 static hm_status check_config(const hm_layer_config *c) {
@@ -50,7 +45,7 @@ static hm_status check_config(const hm_layer_config *c) {
     HM_FAIL(HM_INVALID_ARGUMENT, "layer output type %s (use f16 or bf16)", hm_dtype_name(c->out));
   HM_CHECK(hm_quant_format_check(&c->scheme.weight, c->n, c->k));
   HM_CHECK(check_act(&c->scheme));
-  return c->fp16_accumulate ? check_fp16_accumulate(&c->scheme) : HM_OK;
+  return c->fp16_accumulate ? check_fp16_accumulate(c) : HM_OK;
 }
 
 hm_status hm_layer_create(hm_engine *engine, const hm_layer_config *config, hm_layer **out) {

@@ -66,10 +66,8 @@ hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type
 static hm_status check_layer(const hm_gemm_config *cfg) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const int bits = hm_gemm_weight_bits(l->weight);
+  if (cfg->compute.f16_acc) HM_CHECK(hm_gemm_f16_acc_check(l));
   if (hm_gemm_is_w8a8(l)) return hm_gemm_w8a8_check_layer(cfg);
-  if (cfg->compute.f16_acc)
-    HM_FAIL(HM_UNSUPPORTED, "f16 accumulation is an option of the fp8 W8A8 kernel, not of %s activations",
-            hm_dtype_name(l->act));
   if (l->act != HM_F16 && l->act != HM_BF16)
     HM_FAIL(HM_UNSUPPORTED, "weight-only GEMM: activations must be f16 or bf16, not %s", hm_dtype_name(l->act));
   if (l->out != HM_F16 && l->out != HM_BF16)

@@ -102,7 +102,10 @@ static hm_status check_types(const hm_gemm_layer_part *l, int arch) {
  * that the per-channel and per-token scales multiply at the end. Scales that change along K
  * would scale each of them, and int8 MMAs sum exactly in s32 at full rate already.
  */
-static hm_status check_f16_acc(const hm_gemm_layer_part *l) {
+hm_status hm_gemm_f16_acc_check(const hm_gemm_layer_part *l) {
+  if (!hm_gemm_is_w8a8(l))
+    HM_FAIL(HM_UNSUPPORTED, "f16 accumulation is an option of the fp8 W8A8 kernel, not of %s activations",
+            hm_dtype_name(l->act));
   if (l->act != HM_F8E4M3)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: f16 accumulation takes f8e4m3 activations, not %s (int8 sums in s32)",
             hm_dtype_name(l->act));
@@ -120,7 +123,6 @@ static hm_status check_f16_acc(const hm_gemm_layer_part *l) {
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
   const hm_gemm_layer_part *l = &cfg->layer;
   HM_CHECK(check_types(l, cfg->arch));
-  if (cfg->compute.f16_acc) HM_CHECK(check_f16_acc(l));
   if (l->n <= 0 || l->k <= 0 || l->experts <= 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "GEMM shape N=%lld K=%lld E=%lld must be positive", (long long)l->n,
             (long long)l->k, (long long)l->experts);

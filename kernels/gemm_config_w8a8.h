@@ -23,8 +23,11 @@ bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
 int hm_gemm_w4a8_format(const hm_gemm_layer_part *l);
 /* Fills group, group_n and act_scale of out->layer from the public config's scheme. */
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out);
-/* The layer part's legality: types, scale layouts, arch, shape, f16 accumulation. */
+/* The layer part's legality: types, scale layouts, arch, shape. */
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg);
+/* Whether f16 accumulation suits the layer part: fp8 activations with per-token scales and
+ * per-channel fp8 or mxfp4 weights (each layer config with fp16_accumulate, on every backend). */
+hm_status hm_gemm_f16_acc_check(const hm_gemm_layer_part *l);
 /* What the W8A8 kernel adds to the common tuning rules (gemm_config.c check_tuning). */
 hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg);
 /* Bytes of one wgmma pipeline stage before alignment (mirrors hm_w8wg_traits). */

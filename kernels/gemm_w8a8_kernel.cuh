@@ -162,6 +162,21 @@ __device__ __forceinline__ void hm_w8_mma_add(hm_w8_sum_t<C> (&part)[4], const h
   }
 }
 
+// The warp's A fragments of k32 step s (acc16 fp8: scaled by 2^-7, hm_w8_traits::a_div128).
+template <class C>
+__device__ __forceinline__ void hm_w8_load_a_frags(unsigned a_base, int wm, int s, int lane,
+                                                   hm_u32 (&af)[hm_w8_traits<C>::mi][4]) {
+  using T = hm_w8_traits<C>;
+#pragma unroll
+  for (int m = 0; m < T::mi; ++m) {
+    const int r = wm * T::wtm + m * 16 + (lane & 15);
+    hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
+    if constexpr (T::a_div128)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) af[m][i] = hm_e4m3x4_div128(af[m][i]);
+  }
+}
+
 // The warp's k32 steps of one stage into its partial sums.
 template <class C>
 __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
@@ -172,14 +187,7 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
   for (int ss = 0; ss < T::wk_steps; ++ss) {
     const int s = wk * T::wk_steps + ss;
     hm_u32 af[T::mi][4];
-#pragma unroll
-    for (int m = 0; m < T::mi; ++m) {
-      const int r = wm * T::wtm + m * 16 + (lane & 15);
-      hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
-      if constexpr (T::a_div128)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) af[m][i] = hm_e4m3x4_div128(af[m][i]);
-    }
+    hm_w8_load_a_frags<C>(a_base, wm, s, lane, af);
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) {
       // Word 2j: k 4t..4t+3 of column j*8+g; word 2j+1: k 16+4t.. (transform_w8.cuh); 4-bit
@@ -218,11 +226,7 @@ __device__ __forceinline__ void hm_w4_mx_stage(const unsigned char *st, int wm, 
   for (int ss = 0; ss < T::wk_steps; ++ss) {
     const int s = wk * T::wk_steps + ss;
     hm_u32 af[T::mi][4];
-#pragma unroll
-    for (int m = 0; m < T::mi; ++m) {
-      const int r = wm * T::wtm + m * 16 + (lane & 15);
-      hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
-    }
+    hm_w8_load_a_frags<C>(a_base, wm, s, lane, af);
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) {
       const int us = (wn * T::nu + u) * T::steps + s;

@@ -5,7 +5,7 @@
 # cost the others. Logs and JSON go to $OUT, packed into $OUT/logs.tar.gz (a device call
 # returns only a few files: the logs sit in $OUT/logs); a short summary is printed last. Run from the repo root:
 #   source .devdeps/env.sh && PHASES="tests kernels" scripts/device-session.sh
-# Phases: tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
+# Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
 # layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
@@ -123,19 +123,46 @@ if has system; then
   step embed 90 "$BUILD/humming-moe-embed-example" --backend cuda --gpus 1
 fi
 
+# Streaming ceilings by fetch method and size (test_mem_stream), then the dense decode GEMM
+# over K (N = 8192): the slope is its streaming rate, the intercept its fixed cost.
+if has probe; then
+  step mem-stream 120 "$BUILD/tests/test_mem_stream"
+  grep -E "^#|^  [a-z]" "$LOGS/mem-stream.log" | tee -a "$summary"
+  for m in ${PROBE_M:-1 16}; do
+    for k in ${PROBE_K:-2048 4096 8192 16384 32768}; do
+      step "kfit-m$m-k$k" 60 "$bench" kernel --model tiny --hidden "$k" --intermediate 4096 --experts 1 --top-k 1 \
+        --layout dense --gemm gate_up --quant w4a16 --m "$m" --baseline none --json "$LOGS/kfit-m$m-k$k.json"
+      note "kfit M=$m K=$k: $(grep -E "^ +$m " "$LOGS/kfit-m$m-k$k.log" | head -1)"
+    done
+  done
+fi
+
+ncu_summary() { # log
+  grep -E "hm_gemm|Grid Size|Block Size|Registers|Duration|DRAM Throughput|Memory Throughput|Achieved Occ|Issue Slots|Issued Warp|No Eligible|Warp Cycles Per Issued|Active Warps Per|Eligible Warps|Waves Per SM|Stall|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Mem Pipes" \
+    "$1" | cut -c1-150 | tee -a "$summary"
+}
+
+# NCU_SECTIONS="--set full" for everything Nsight measures; NCU_FP8=1 adds the fp8
+# block-scaled grouped-contiguous GEMM of issue #8 (8 x 4096 rows, gate_up).
 if has ncu; then
   dense="--model tiny --hidden 8192 --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
-  sections="--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
-    --section WarpStateStats --section MemoryWorkloadAnalysis"
+  sections=${NCU_SECTIONS:-"--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
+    --section WarpStateStats --section MemoryWorkloadAnalysis"}
   for run in ${NCU_RUNS:-auto:1 default:1}; do
     plan=${run%%:*} m=${run##*:}
     # shellcheck disable=SC2086
-    step "ncu-$plan-m$m" 90 ncu --clock-control none -k regex:hm_gemm --launch-skip 3 --launch-count 1 $sections \
+    step "ncu-$plan-m$m" 120 ncu --clock-control none -k regex:hm_gemm --launch-skip 3 --launch-count 1 $sections \
       "$bench" kernel $dense --quant w4a16 --m "$m" --plan "$plan" --iters 3 --warmup 1 --check 0 --graph 0 \
       --baseline none
-    grep -E "hm_gemm|Grid Size|Block Size|Registers|Duration|DRAM Throughput|Memory Throughput|Achieved Occ|Issue Slots|Issued Warp|No Eligible|Warp Cycles Per Issued|Active Warps Per|Eligible Warps|Waves Per SM|Stall" \
-      "$LOGS/ncu-$plan-m$m.log" | cut -c1-150 | tee -a "$summary"
+    ncu_summary "$LOGS/ncu-$plan-m$m.log"
   done
+  if [ -n "${NCU_FP8:-}" ]; then
+    # shellcheck disable=SC2086
+    step ncu-fp8-groups 150 ncu --clock-control none -k regex:hm_gemm --launch-skip 2 --launch-count 1 $sections \
+      "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 --layout contiguous \
+      --gemm gate_up --m 32768 --iters 2 --warmup 1 --check 0 --graph 0 --baseline none
+    ncu_summary "$LOGS/ncu-fp8-groups.log"
+  fi
 fi
 
 # SASS of the cached kernels whose names match $SASS (a grep -E pattern), for instruction

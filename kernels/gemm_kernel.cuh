@@ -48,7 +48,7 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   const int head = hm_sk_owner(first_it, iters, ctas);
   const int last = hm_sk_owner(first_it + T::k_iters - 1, iters, ctas);
   const int slot = 2 * cta + (hm_sk_begin(cta, iters, ctas) < first_it ? 1 : 0);
-  if (wk == 0) hm_partial_store<C>(p, slot, wmn, lane, acc);
+  if (wk == 0) hm_partial_store<C>(p, slot, maps.c_row, wmn, lane, acc);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -62,7 +62,7 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   __threadfence();
   hm_acc_zero<C>(acc);
   for (int c = head; c <= last; ++c)
-    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), wmn, lane, acc);
+    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), maps.c_row, wmn, lane, acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
@@ -93,8 +93,7 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
 
   const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
   if (iters == 0) return;
-  long long cap = iters / C::sk_min_iters;
-  const int ctas = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
+  const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
   if (cta >= ctas) return;
   const long long end = hm_sk_begin(cta + 1, iters, ctas);
   for (long long it = hm_sk_begin(cta, iters, ctas); it < end;) {

@@ -120,8 +120,7 @@ __device__ __forceinline__ void hm_wg_walk(const hm_gemm_params &p, int tiles, c
   }
   const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
   if (iters == 0) return;
-  long long cap = iters / C::sk_min_iters;
-  const int ctas = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
+  const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
   if (cta >= ctas) return;
   const long long begin = hm_sk_begin(cta, iters, ctas), end = hm_sk_begin(cta + 1, iters, ctas);
   for (long long it = begin; it < end;) {

@@ -174,6 +174,8 @@ static const hm_gemm_tuning decode_tunings[] = {
      false}, /* swapped, bk 256: half the barriers per weight byte */
     {8, 128, 128, 1, 1, 2, 6, true, 4, 2, HM_MMA_SYNC, false}, /* swapped, two units a warp, two CTAs an SM */
     {8, 256, 128, 1, 4, 1, 6, true, 4, 2, HM_MMA_SYNC, false}, /* swapped, no k split, two CTAs an SM */
+    {8, 256, 256, 1, 4, 2, 3, true, 4, 2, HM_MMA_SYNC,
+     false}, /* swapped, bk 256, two CTAs an SM: the tuned MoE decode kernel */
 };
 #define DECODE_TUNINGS ((int)HM_ARRAY_SIZE(decode_tunings))
 

@@ -149,8 +149,9 @@ hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
   return HM_OK;
 }
 
+/* A swapped 8-row tile (warps_m 1) holds one 16-row block of sums a unit, as a 16-row tile does. */
 static int units_per_warp(const hm_gemm_tuning *t) {
-  return (t->bm / t->warps_m / 16) * (t->bn / t->warps_n / 64);
+  return (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64);
 }
 
 size_t hm_gemm_w8a8_wgmma_stage_bytes(const hm_gemm_config *cfg) {
@@ -200,7 +201,6 @@ hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
     HM_FAIL(HM_INVALID_ARGUMENT,
             "W8A8 GEMM: f16 accumulation runs on the mma.sync kernel, not on wgmma tiles");
   if (t->mma == HM_MMA_WGMMA) return check_wgmma_tuning(cfg);
-  if (t->bm == 8) HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: no swapped 8-row tile (bm=8)");
   if ((t->bk / 32) % t->warps_k != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: warps_k=%d must divide bk/32=%d", t->warps_k, t->bk / 32);
   if (k_scaled(&cfg->layer) && 128 % t->bk != 0)

@@ -29,8 +29,7 @@ static const int64_t row_classes[] = {16, 32, 64};
  * keep the 16-row tile; batch-invariant configs keep one MMA shape for every M.
  */
 static bool swap_class_applies(const hm_gemm_config *base) {
-  return !base->compute.batch_invariant && hm_gemm_weight_bits(base->layer.weight) < 16 &&
-         !hm_gemm_is_w8a8(&base->layer); /* the W8A8 kernel has no swapped tile */
+  return !base->compute.batch_invariant && hm_gemm_weight_bits(base->layer.weight) < 16;
 }
 
 static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {

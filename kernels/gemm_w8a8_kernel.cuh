@@ -18,6 +18,14 @@
 // in f32, which is exact for any scale; folding the scale into the widened e4m3 code would
 // lose the codes past e4m3's range (2^-9..448), so adversarial scales would not survive it.
 //
+// The swapped 8-row tile (bm = 8, hm_gemm_traits::swap_ab) runs the weights as the m16 A
+// operand and the tokens as the n8 B operand, as the weight-only kernel does
+// (gemm_swap.cuh): a unit's lane words are already its A fragments (hm_w8_weight_frags), so
+// a 64-column unit takes 4 MMAs a k32 step instead of 8 of which 15/16 of the rows are
+// empty, and mxfp4 folds half as many sums. The sums hold C^T (hm_w8_row_half) until the
+// end of the mainloop, where hm_swap_unit_to_std moves them into the standard layout that
+// the per-channel and per-token scales, the k reduction, Stream-K and the epilogue use.
+//
 // acc16 (fp8 only, per-channel or mxfp4 weights, per-token activation scales): each k32 MMA
 // sums in f16 from zero and is added into the f32 sums at once, so f16 never holds more
 // than 32 products. Even that overflows from raw codes: 32 x 448 x 448 = 6.4e6 against
@@ -59,8 +67,11 @@ struct hm_w8_traits : hm_gemm_traits<C> {
       ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
   static constexpr bool k_scaled = C::w_block || C::a_group;  // scales that change along K
   static constexpr int k_blocks = (C::k + 127) / 128;         // 1x128 scales a row, block scales a column
+  // MMA blocks a unit: 8 n8 blocks, or (swapped) 4 m16 blocks of 16 weight columns.
+  static constexpr int blocks = G::swap_ab ? 4 : 8;
+  // Registers of the activation fragments: an m16 A fragment, or (swapped) an n8 B one.
+  static constexpr int act_regs = G::swap_ab ? 2 : 4;
 
-  static_assert(!G::swap_ab, "the W8A8 kernel has no swapped 8-row tile");
   static_assert(steps % C::warps_k == 0, "warps_k must divide bk/32");
   static_assert(!k_scaled || 128 % C::bk == 0, "a stage must lie in one 128-wide K scale block");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
@@ -84,11 +95,35 @@ struct hm_w8_sum<true> {
 };
 
 // A stage's partial sums of one thread, in the MMA's accumulator type (f32 for acc16, whose
-// f16 sums live one MMA long): [unit][m16][n8][c0..c3].
+// f16 sums live one MMA long): [unit][m16][block][c0..c3].
 template <class C>
 using hm_w8_sum_t = typename hm_w8_sum<C::a_int8>::type;
 template <class C>
-using hm_w8_part_t = hm_w8_sum_t<C>[hm_gemm_traits<C>::nu][hm_gemm_traits<C>::mi][8][4];
+using hm_w8_part_t = hm_w8_sum_t<C>[hm_gemm_traits<C>::nu][hm_gemm_traits<C>::mi][hm_w8_traits<C>::blocks][4];
+
+// Which of a lane's two rows (A rows g, g + 8; swapped: tokens 2t, 2t + 1) and of its two
+// columns (2t, 2t + 1 of an n8 block; swapped: unit columns 8(2j) + g, 8(2j + 1) + g of m16
+// block j) accumulator element c belongs to.
+template <class C>
+__device__ __forceinline__ constexpr int hm_w8_row_half(int c) {
+  return hm_gemm_traits<C>::swap_ab ? c & 1 : c >> 1;
+}
+template <class C>
+__device__ __forceinline__ constexpr int hm_w8_col_half(int c) {
+  return hm_gemm_traits<C>::swap_ab ? c >> 1 : c & 1;
+}
+
+// The tile row of a lane's row half h of m16 block m in the standard layout (rows 8..15 of
+// a swapped tile hold none), and in the layout of the mainloop's sums (hm_w8_row_half).
+template <class C>
+__device__ __forceinline__ int hm_w8_std_row(int wm, int m, int h, int lane) {
+  return wm * hm_gemm_traits<C>::wtm + m * 16 + (lane >> 2) + 8 * h;
+}
+template <class C>
+__device__ __forceinline__ int hm_w8_sum_row(int wm, int m, int h, int lane) {
+  if constexpr (hm_gemm_traits<C>::swap_ab) return 2 * (lane & 3) + h;
+  return hm_w8_std_row<C>(wm, m, h, lane);
+}
 
 // A rows are bk bytes, in 16-byte chunks swizzled within 128-byte lines, so that the eight
 // rows an ldmatrix phase reads fall in eight different bank groups. bk = 64 puts two rows
@@ -132,48 +167,83 @@ __device__ __forceinline__ void hm_w8_b_frags(const hm_u32 (&w)[WORDS], int j, h
   }
 }
 
+// The weight fragments of MMA block j of a unit: the B pair wf[0..1] of n8 block j, or,
+// swapped, the A fragment of m16 block j, whose register r is B register r / 2 of n8 block
+// 2j + r % 2 (hm_swap_a_slot: the m16n8k32 8-bit fragments pair up as the 16-bit ones do).
+template <class C, int WORDS>
+__device__ __forceinline__ void hm_w8_weight_frags(const hm_u32 (&w)[WORDS], int j, hm_u32 (&wf)[4]) {
+  if constexpr (hm_gemm_traits<C>::swap_ab) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) hm_w8_b_frags<C>(w, 2 * j + h, wf[h], wf[2 + h]);
+  } else {
+    hm_w8_b_frags<C>(w, j, wf[0], wf[1]);
+  }
+}
+
+// c += the MMA of activation fragments af and weight fragments wf: tokens as A, or, swapped,
+// weights as A and tokens as B (c then holds C^T). Acc picks the instruction (hm_mma8.cuh).
+template <class C, class Acc>
+__device__ __forceinline__ void hm_w8_mma(Acc (&c)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4]) {
+  if constexpr (hm_gemm_traits<C>::swap_ab)
+    hm_mma_16832(c, wf, af[0], af[1]);
+  else
+    hm_mma_16832(c, af, wf[0], wf[1]);
+}
+
 // One k32 MMA's sums from zero, in f32: through the f16-accumulator instruction with acc16.
 template <class C>
-__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&a)[4], hm_u32 b0, hm_u32 b1) {
+__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4]) {
   if constexpr (C::acc16) {
     hm_u32 h[2] = {0u, 0u};
-    hm_mma_16832_f16(h, a, b0, b1);
+    if constexpr (hm_gemm_traits<C>::swap_ab)
+      hm_mma_16832_f16(h, wf, af[0], af[1]);
+    else
+      hm_mma_16832_f16(h, af, wf[0], wf[1]);
 #pragma unroll
     for (int c = 0; c < 4; ++c) d[c] = hm_h_to_f32<false>(h[c >> 1] >> (16 * (c & 1)));
   } else {
 #pragma unroll
     for (int c = 0; c < 4; ++c) d[c] = 0.0f;
-    hm_mma_16832(d, a, b0, b1);
+    hm_w8_mma<C>(d, af, wf);
   }
 }
 
-// part += A B for one n8 block of one m16 tile: in the MMA's own accumulators, or, with
-// acc16, from an f16 MMA of 2^-7 A (hm_w8_traits::a_div128), 2^7 put back in the f32 add.
+// part += A B for one MMA block: in the MMA's own accumulators, or, with acc16, from an f16
+// MMA of 2^-7 times the activations (hm_w8_traits::a_div128), 2^7 put back in the f32 add.
 template <class C>
-__device__ __forceinline__ void hm_w8_mma_add(hm_w8_sum_t<C> (&part)[4], const hm_u32 (&a)[4], hm_u32 b0,
-                                              hm_u32 b1) {
+__device__ __forceinline__ void hm_w8_mma_add(hm_w8_sum_t<C> (&part)[4], const hm_u32 (&af)[4],
+                                              const hm_u32 (&wf)[4]) {
   if constexpr (C::acc16) {
     float d[4];
-    hm_w8_mma_fresh<C>(d, a, b0, b1);
+    hm_w8_mma_fresh<C>(d, af, wf);
 #pragma unroll
     for (int c = 0; c < 4; ++c) part[c] += d[c] * hm_w8_traits<C>::a_factor;
   } else {
-    hm_mma_16832(part, a, b0, b1);
+    hm_w8_mma<C>(part, af, wf);
   }
 }
 
-// The warp's A fragments of k32 step s (acc16 fp8: scaled by 2^-7, hm_w8_traits::a_div128).
+// The warp's activation fragments of k32 step s: an m16 A fragment per m block, or, swapped,
+// the n8 B fragment of the 8 token rows (ldmatrix matrix 0: k 0..15 of the step, matrix 1:
+// k 16..31) in af[0][0..1]. acc16 fp8: scaled by 2^-7 (hm_w8_traits::a_div128).
 template <class C>
 __device__ __forceinline__ void hm_w8_load_a_frags(unsigned a_base, int wm, int s, int lane,
                                                    hm_u32 (&af)[hm_w8_traits<C>::mi][4]) {
   using T = hm_w8_traits<C>;
 #pragma unroll
   for (int m = 0; m < T::mi; ++m) {
-    const int r = wm * T::wtm + m * 16 + (lane & 15);
-    hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
+    if constexpr (T::swap_ab) {
+      hm_u32 bf[2];
+      hm_ldmatrix_x2(bf, a_base + hm_w8_a_offset<C>(lane & 7, s * 2 + ((lane >> 3) & 1)));
+      af[m][0] = bf[0];
+      af[m][1] = bf[1];
+    } else {
+      const int r = wm * T::wtm + m * 16 + (lane & 15);
+      hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
+    }
     if constexpr (T::a_div128)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) af[m][i] = hm_e4m3x4_div128(af[m][i]);
+      for (int i = 0; i < T::act_regs; ++i) af[m][i] = hm_e4m3x4_div128(af[m][i]);
   }
 }
 
@@ -196,23 +266,37 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
       hm_u32 w[words];
       hm_load_lane_words<words>(w, st + T::b_off + ((wn * T::nu + u) * T::steps + s) * T::unit_bytes, lane);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        hm_u32 b0, b1;
-        hm_w8_b_frags<C>(w, j, b0, b1);
+      for (int j = 0; j < T::blocks; ++j) {
+        hm_u32 wf[4];
+        hm_w8_weight_frags<C>(w, j, wf);
 #pragma unroll
-        for (int m = 0; m < T::mi; ++m) hm_w8_mma_add<C>(part[u][m][j], af[m], b0, b1);
+        for (int m = 0; m < T::mi; ++m) hm_w8_mma_add<C>(part[u][m][j], af[m], wf);
       }
     }
   }
 }
 
-// The column scales of n8 block j at one k32 step: bytes 2j, 2j+1 of the lane's 16
-// (columns j*8 + 2t, j*8 + 2t + 1), as 2^(x - 126).
-__device__ __forceinline__ void hm_w4_mx_col_scales(const uint4 &sc, int j, float &s0, float &s1) {
-  const hm_u32 word = j < 4 ? (j < 2 ? sc.x : sc.y) : (j < 6 ? sc.z : sc.w);
-  const hm_u32 pair = word >> (16 * (j & 1));
-  s0 = __uint_as_float(hm_w4_e8m0_bits_x2(pair & 0xffu));
-  s1 = __uint_as_float(hm_w4_e8m0_bits_x2((pair >> 8) & 0xffu));
+// mxfp4: the 16 scale bytes of a unit and k32 step that a lane loads. Bytes 16t' + 2j + i
+// hold column 8j + 2t' + i (transform_w4a8.cuh): a lane's own t' = t, or, swapped, the
+// row of its column g (t' = g / 2, hm_swap8_scale_row).
+template <class C>
+__device__ __forceinline__ uint4 hm_w4_mx_load_scales(const unsigned char *unit, int lane) {
+  const int row = hm_gemm_traits<C>::swap_ab ? hm_swap8_scale_row(lane) : lane & 3;
+  return *(const uint4 *)(unit + row * 16);
+}
+
+// The scales of a lane's two columns (hm_w8_col_half) of MMA block j at one k32 step, as
+// 2^(x - 126): bytes 2j, 2j + 1 of its 16, or, swapped, bytes 4j + hm_swap8_scale_byte.
+template <class C>
+__device__ __forceinline__ void hm_w4_mx_col_scales(const uint4 &sc, int j, int lane, float (&s2)[2]) {
+  constexpr bool swap = hm_gemm_traits<C>::swap_ab;
+  const int wi = swap ? j : j >> 1;
+  const hm_u32 word = wi < 2 ? (wi == 0 ? sc.x : sc.y) : (wi == 2 ? sc.z : sc.w);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int byte = swap ? hm_swap8_scale_byte(lane, i) : 2 * (j & 1) + i;
+    s2[i] = __uint_as_float(hm_w4_e8m0_bits_x2(__byte_perm(word, 0u, 0x4440u + byte)));
+  }
 }
 
 // mxfp4: the warp's k32 steps of one stage, each MMA's sums folded into acc with its
@@ -232,20 +316,22 @@ __device__ __forceinline__ void hm_w4_mx_stage(const unsigned char *st, int wm, 
       const int us = (wn * T::nu + u) * T::steps + s;
       hm_u32 w[8];
       hm_load_lane_words<8>(w, st + T::b_off + us * T::unit_bytes, lane);
-      const uint4 sc = *(const uint4 *)(st + T::s_off + us * T::mx_unit_bytes + (lane & 3) * 16);
+      const uint4 sc = hm_w4_mx_load_scales<C>(st + T::s_off + us * T::mx_unit_bytes, lane);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        hm_u32 b0, b1;
-        hm_w8_b_frags<C>(w, j, b0, b1);
+      for (int j = 0; j < T::blocks; ++j) {
+        hm_u32 wf[4];
+        hm_w8_weight_frags<C>(w, j, wf);
         float s2[2];
-        hm_w4_mx_col_scales(sc, j, s2[0], s2[1]);
+        hm_w4_mx_col_scales<C>(sc, j, lane, s2);
 #pragma unroll
         for (int m = 0; m < T::mi; ++m) {
           float d[4];
-          hm_w8_mma_fresh<C>(d, af[m], b0, b1);
+          hm_w8_mma_fresh<C>(d, af[m], wf);
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            acc[u][m][j][c] += d[c] * (C::a_group ? s2[c & 1] * ra[m][c >> 1] : s2[c & 1]);
+          for (int c = 0; c < 4; ++c) {
+            const float s = s2[hm_w8_col_half<C>(c)];
+            acc[u][m][j][c] += d[c] * (C::a_group ? s * ra[m][hm_w8_row_half<C>(c)] : s);
+          }
         }
       }
     }
@@ -269,10 +355,8 @@ __device__ __forceinline__ void hm_w8_k_row_scales(const hm_gemm_params &p, cons
 #pragma unroll
   for (int m = 0; m < T::mi; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm * T::wtm + m * 16 + (lane >> 2) + 8 * h;
-      ra[m][h] = C::a_group ? hm_w8_row_scale<C, true>(p, a_row, r, kb) : 1.0f;
-    }
+    for (int h = 0; h < 2; ++h)
+      ra[m][h] = C::a_group ? hm_w8_row_scale<C, true>(p, a_row, hm_w8_sum_row<C>(wm, m, h, lane), kb) : 1.0f;
 }
 
 // acc += part * (the K-varying scales of K block kb); part = 0.
@@ -296,16 +380,17 @@ __device__ __forceinline__ void hm_w8_fold(const hm_gemm_params &p, const hm_til
 #pragma unroll
     for (int m = 0; m < T::mi; ++m)
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < T::blocks; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          acc[u][m][j][c] += (float)part[u][m][j][c] * (ra[m][c >> 1] * ws);
+          acc[u][m][j][c] += (float)part[u][m][j][c] * (ra[m][hm_w8_row_half<C>(c)] * ws);
           part[u][m][j][c] = 0;
         }
   }
 }
 
-// acc *= the scales constant along K: per token (A row) and per channel (weight column).
+// acc *= the scales constant along K: per token (A row) and per channel (weight column),
+// in the standard layout (the swapped tile's sums are moved into it first).
 template <class C>
 __device__ __forceinline__ void hm_w8_finish(const hm_gemm_params &p, const hm_tile &tile, const int *a_row,
                                              int wm, int wn, int lane, hm_acc_t<C> &acc) {
@@ -314,10 +399,8 @@ __device__ __forceinline__ void hm_w8_finish(const hm_gemm_params &p, const hm_t
 #pragma unroll
   for (int m = 0; m < T::mi; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm * T::wtm + m * 16 + (lane >> 2) + 8 * h;
-      ra[m][h] = C::a_group ? 1.0f : hm_w8_row_scale<C, false>(p, a_row, r, 0);
-    }
+    for (int h = 0; h < 2; ++h)
+      ra[m][h] = C::a_group ? 1.0f : hm_w8_row_scale<C, false>(p, a_row, hm_w8_std_row<C>(wm, m, h, lane), 0);
   const float *ws = (const float *)p.scales + (long long)tile.e * C::n;
 #pragma unroll
   for (int u = 0; u < T::nu; ++u)
@@ -367,7 +450,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 #pragma unroll
     for (int m = 0; m < T::mi; ++m)
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < T::blocks; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) part[u][m][j][c] = 0;
   const int count = ke - kb;
@@ -387,6 +470,9 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
                      acc);
   }
   if constexpr (!T::k_scaled && !T::mx) hm_w8_fold<C>(p, tile, 0, a_row, wm, wn, lane, part, acc);
+  if constexpr (T::swap_ab)
+#pragma unroll
+    for (int u = 0; u < T::nu; ++u) hm_swap_unit_to_std(acc[u][0], lane);
   hm_w8_finish<C>(p, tile, a_row, wm, wn, lane, acc);
   hm_cp_async_wait<0>();
   __syncthreads();

@@ -25,6 +25,23 @@ HM_LANE_FN int hm_swap_a_slot(int block, int r) {
 }
 
 /*
+ * The W8A8 kernel's swapped tile (gemm_w8a8_kernel.cuh), m16n8k32 with 8-bit codes
+ * (hm_mma8.cuh): A registers 0..3 hold (row g, k 4t..), (row g+8, k 4t..), (row g,
+ * k 16+4t..), (row g+8, k 16+4t..) and B registers 0, 1 (k 4t.., col g), (k 16+4t..,
+ * col g), so A register r of m16 block J is B register slot % 2 of n8 block slot / 2,
+ * slot = hm_swap_a_slot(J, r), as with 16-bit pairs. Its mxfp4 scales come in 16-byte
+ * rows, byte 2j + i of row t holding unit column 8j + 2t + i (transform_w4a8.cuh): the
+ * columns 8(2J + i) + g of a lane lie in row g / 2, at byte 4J + hm_swap8_scale_byte.
+ */
+HM_LANE_FN int hm_swap8_scale_row(int lane) {
+  return lane >> 3;
+}
+
+HM_LANE_FN int hm_swap8_scale_byte(int lane, int i) {
+  return 2 * i + ((lane >> 2) & 1);
+}
+
+/*
  * The swapped accumulators hold C^T: c[2h+e] of block J is (unit column 16J+8h+g,
  * token 2t+e). The standard layout wants, in lane (g, t), token g at columns 8j+2t+i
  * (j = 2J+h, i = 0, 1), rows 8..15 empty. Two exchanges per (J, h) move them: in

@@ -6,12 +6,15 @@
  * quantized on the host as the GPU's quantization kernels give them, and one run of a
  * dense GEMM or of each MoE layout against hm_ref_gemm with C poisoned first, each
  * printed with its rel_err. A layer may carry forced kernels, one a GEMM type, that run
- * instead of its own kernel table.
+ * instead of its own kernel table: the wgmma shapes, and the swapped 8-row tunings that
+ * every format runs.
  */
 #ifndef TEST_GEMM_W8A8_UTIL_H
 #define TEST_GEMM_W8A8_UTIL_H
 
 #include "gemm_moe_util.h"
+#include "hm_swap8_tunings.h"
+#include "kernels/gemm_gen.h"
 #include "layer_internal.h"
 
 /* The device of the test, set by its main before any test runs. */
@@ -280,11 +283,49 @@ static inline bool arch_takes(const w8_case *c) {
 /* What a run of cases checks at each M: the dense GEMM, or every MoE layout. */
 typedef enum w8_layouts { W8_DENSE, W8_MOE } w8_layouts;
 
-/* Each case the device takes on its own layer of random weights (f16 accumulation or
- * not), at every M of m_list, drawing from one generator seeded by seed. Returns the runs
- * out of bound. */
-static inline int w8_cases_run(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
-                               bool f16_acc) {
+/* The layer's config of a GEMM type with tuning t, compiled and bound to its weights. */
+static inline void w8_forced_make(const w8_layer *x, hm_gemm_type type, const hm_gemm_tuning *t,
+                                  w8_forced *f) {
+  memset(f, 0, sizeof(*f));
+  HM_ASSERT_OK(hm_layer_gemm_base(x->layer, type, &f->cfg));
+  f->cfg.tuning = *t;
+  HM_ASSERT_OK(hm_gemm_config_check(&f->cfg));
+  hm_gemm_source src;
+  HM_ASSERT_OK(hm_gemm_gen(&f->cfg, &src));
+  printf("# %s\n", src.name);
+  HM_ASSERT_OK(hm_kernel_get(engine, &src.src, &f->kernel));
+  hm_gemm_source_free(&src);
+  const hm_layer *l = x->layer;
+  f->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+  const size_t ws = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
+  if (ws > 0) {
+    HM_ASSERT_OK(hm_mem_alloc(engine, ws, &f->workspace));
+    HM_ASSERT_OK(hm_engine_memset(engine, f->workspace, 0, ws, NULL));
+  }
+}
+
+static inline void w8_forced_free(w8_forced *f) {
+  hm_mem_free(engine, f->workspace);
+}
+
+/* Tile shapes forced on a run of cases, and the Ms each case runs at. */
+typedef struct w8_forced_plan {
+  const hm_gemm_tuning *shapes;
+  size_t shape_count;
+  const int64_t *ms;
+  size_t m_count;
+} w8_forced_plan;
+
+/* The cases the device takes, each on its own layer of random weights (f16 accumulation
+ * or not) at each M of the plan, drawing from one generator seeded by seed. Each GEMM type
+ * of the layouts runs the layer's own kernel table, or, where the plan has shapes, is
+ * forced to one; the shapes rotate over the cases and types, so that each layout and
+ * schedule runs. Returns the runs out of bound. */
+static inline int w8_plan_run(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
+                              bool f16_acc, const w8_forced_plan *plan) {
+  const int first = layouts == W8_DENSE ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
+  const int last = layouts == W8_DENSE ? HM_GEMM_DENSE : HM_GEMM_GROUPED_MASKED;
+  const bool forced = plan->shape_count > 0;
   hm_rng rng;
   hm_rng_seed(&rng, hm_test_seed(seed));
   int failed = 0;
@@ -296,18 +337,46 @@ static inline int w8_cases_run(const char *seed, const w8_case *cases, size_t co
     }
     w8_layer x;
     w8_layer_random(&rng, c, f16_acc, &x);
-    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++)
-      failed +=
-          layouts == W8_DENSE ? !w8_dense(&rng, c, &x, m_list[j]) : w8_moe_layouts(&rng, c, &x, m_list[j]);
+    w8_forced f[4];
+    for (int t = first; forced && t <= last; t++) {
+      w8_forced_make(&x, (hm_gemm_type)t, &plan->shapes[(i + (size_t)t) % plan->shape_count], &f[t]);
+      x.forced[t] = &f[t];
+    }
+    for (size_t j = 0; j < plan->m_count; j++) {
+      const int64_t m = plan->ms[j];
+      failed += layouts == W8_DENSE ? !w8_dense(&rng, c, &x, m) : w8_moe_layouts(&rng, c, &x, m);
+    }
+    for (int t = first; forced && t <= last; t++) w8_forced_free(&f[t]);
     w8_layer_free(&x);
   }
   return failed;
+}
+
+/* w8_plan_run on the layers' own kernel tables at every M of m_list. */
+static inline int w8_cases_run(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
+                               bool f16_acc) {
+  const w8_forced_plan own = {NULL, 0, m_list, HM_ARRAY_SIZE(m_list)};
+  return w8_plan_run(seed, cases, count, layouts, f16_acc, &own);
 }
 
 /* A test of w8_cases_run: fails naming how many runs of what ("dense W8A8") were out of bound. */
 static inline void w8_cases_test(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
                                  bool f16_acc, const char *what) {
   const int failed = w8_cases_run(seed, cases, count, layouts, f16_acc);
+  if (failed) fail_msg("%d %s cases out of bound", failed, what);
+}
+
+/* One partly filled 8-row tile (dense M 1..8, MoE experts of none to a few rows), and
+ * several 8-row m-tiles a tile column (M 64, 333). */
+static const int64_t swap8_m_list[] = {1, 3, 8, 64, 333};
+
+/* The swapped 8-row tunings (hm_swap8_tunings.h) forced on every GEMM type of the cases at
+ * swap8_m_list: fails naming how many runs of what were out of bound. */
+static inline void w8_swap8_test(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
+                                 bool f16_acc, const char *what) {
+  const w8_forced_plan plan = {hm_swap8_tunings, HM_ARRAY_SIZE(hm_swap8_tunings), swap8_m_list,
+                               HM_ARRAY_SIZE(swap8_m_list)};
+  const int failed = w8_plan_run(seed, cases, count, layouts, f16_acc, &plan);
   if (failed) fail_msg("%d %s cases out of bound", failed, what);
 }
 

@@ -9,7 +9,8 @@
  * an odd multiple of 16 for int4, whose last k32 step is half padding). Adversarial
  * cases draw each e8m0 scale (or int4 channel scale) from 2^-20..2^20, so one column's
  * K groups span 2^40. C is poisoned first: every element the reference writes must be
- * written, no other.
+ * written, no other. The same cases again with the swapped 8-row tile forced on every GEMM
+ * type (gemm_w8a8_util.h w8_swap8_test).
  */
 #include "gemm_w8a8_util.h"
 
@@ -51,12 +52,26 @@ static void moe_layouts_match_reference(void **state) {
                 "MoE W4A8");
 }
 
+static void swap8_dense_matches_reference(void **state) {
+  (void)state;
+  w8_swap8_test("w4a8_swap8_dense_matches_reference", dense_cases, HM_ARRAY_SIZE(dense_cases), W8_DENSE,
+                false, "dense W4A8 swapped 8-row");
+}
+
+static void swap8_moe_layouts_match_reference(void **state) {
+  (void)state;
+  w8_swap8_test("w4a8_swap8_moe_layouts_match_reference", moe_cases, HM_ARRAY_SIZE(moe_cases), W8_MOE, false,
+                "MoE W4A8 swapped 8-row");
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dense_matches_reference),
       cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(swap8_dense_matches_reference),
+      cmocka_unit_test(swap8_moe_layouts_match_reference),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

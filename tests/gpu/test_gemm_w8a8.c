@@ -10,10 +10,11 @@
  * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes, and
  * again with its warp-specialized form (gemm_w8a8_ws.cuh). f16 accumulation
  * (hm_layer_config.fp16_accumulate): fp8 per-channel and mxfp4 weights with per-token
- * scales, dense and the MoE layouts, and every code at 448, within a looser bound.
+ * scales, dense and the MoE layouts, and every code at 448, within a looser bound. The
+ * swapped 8-row tile forced on every case and GEMM type (gemm_w8a8_util.h w8_swap8_test),
+ * with f32 and f16 accumulation.
  */
 #include "gemm_w8a8_util.h"
-#include "kernels/gemm_gen.h"
 
 /* gs: a per-expert global scale on top of the blocks. */
 #define FP8_BLOCK(gs) \
@@ -95,65 +96,19 @@ static void moe_layouts_match_reference(void **state) {
                 "MoE W8A8");
 }
 
-/* The layer's config of a GEMM type with tuning t, compiled and bound to its weights. */
-static void w8_forced_make(const w8_layer *x, hm_gemm_type type, const hm_gemm_tuning *t, w8_forced *f) {
-  memset(f, 0, sizeof(*f));
-  HM_ASSERT_OK(hm_layer_gemm_base(x->layer, type, &f->cfg));
-  f->cfg.tuning = *t;
-  HM_ASSERT_OK(hm_gemm_config_check(&f->cfg));
-  hm_gemm_source src;
-  HM_ASSERT_OK(hm_gemm_gen(&f->cfg, &src));
-  printf("# %s\n", src.name);
-  HM_ASSERT_OK(hm_kernel_get(engine, &src.src, &f->kernel));
-  hm_gemm_source_free(&src);
-  const hm_layer *l = x->layer;
-  f->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
-  const size_t ws = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
-  if (ws > 0) {
-    HM_ASSERT_OK(hm_mem_alloc(engine, ws, &f->workspace));
-    HM_ASSERT_OK(hm_engine_memset(engine, f->workspace, 0, ws, NULL));
-  }
-}
-
-static void w8_forced_free(w8_forced *f) {
-  hm_mem_free(engine, f->workspace);
-}
-
 static bool wgmma_or_skip(void) {
   if (engine->arch == 90) return true;
   printf("SKIP: the W8A8 wgmma kernel needs sm_90a, device is sm_%d\n", engine->arch);
   return false;
 }
 
-/* The dense cases or the MoE ones on their own layers, each GEMM type of the layouts
- * forced to a tile shape; the shapes rotate over the cases and types, so that each layout
- * and schedule runs. Returns the runs out of bound. */
+/* The dense cases or the MoE ones, forced to the wgmma shapes at wgmma_m_list. */
 static int forced_cases(const char *seed, w8_layouts layouts, const hm_gemm_tuning *shapes,
                         size_t shape_count) {
   const w8_case *cases = layouts == W8_DENSE ? dense_cases : moe_cases;
   const size_t count = layouts == W8_DENSE ? HM_ARRAY_SIZE(dense_cases) : HM_ARRAY_SIZE(moe_cases);
-  const int first = layouts == W8_DENSE ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
-  const int last = layouts == W8_DENSE ? HM_GEMM_DENSE : HM_GEMM_GROUPED_MASKED;
-  hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed(seed));
-  int failed = 0;
-  for (size_t i = 0; i < count; i++) {
-    const w8_case *c = &cases[i];
-    w8_layer x;
-    w8_layer_random(&rng, c, false, &x);
-    w8_forced f[4];
-    for (int t = first; t <= last; t++) {
-      w8_forced_make(&x, (hm_gemm_type)t, &shapes[(i + (size_t)t) % shape_count], &f[t]);
-      x.forced[t] = &f[t];
-    }
-    for (size_t j = 0; j < HM_ARRAY_SIZE(wgmma_m_list); j++) {
-      const int64_t m = wgmma_m_list[j];
-      failed += layouts == W8_DENSE ? !w8_dense(&rng, c, &x, m) : w8_moe_layouts(&rng, c, &x, m);
-    }
-    for (int t = first; t <= last; t++) w8_forced_free(&f[t]);
-    w8_layer_free(&x);
-  }
-  return failed;
+  const w8_forced_plan plan = {shapes, shape_count, wgmma_m_list, HM_ARRAY_SIZE(wgmma_m_list)};
+  return w8_plan_run(seed, cases, count, layouts, false, &plan);
 }
 
 /* A test of forced_cases on sm_90: fails naming how many runs of what ("dense W8A8 wgmma") were out of
@@ -234,6 +189,28 @@ static void f16_acc_moe_layouts_match_reference(void **state) {
                 W8_MOE, true, "MoE W8A8 f16-accumulation");
 }
 
+static void swap8_dense_matches_reference(void **state) {
+  (void)state;
+  w8_swap8_test("w8a8_swap8_dense_matches_reference", dense_cases, HM_ARRAY_SIZE(dense_cases), W8_DENSE,
+                false, "dense W8A8 swapped 8-row");
+}
+
+static void swap8_moe_layouts_match_reference(void **state) {
+  (void)state;
+  w8_swap8_test("w8a8_swap8_moe_layouts_match_reference", moe_cases, HM_ARRAY_SIZE(moe_cases), W8_MOE, false,
+                "MoE W8A8 swapped 8-row");
+}
+
+static void swap8_f16_acc_matches_reference(void **state) {
+  (void)state;
+  if (!f16_acc_or_skip()) skip();
+  w8_swap8_test("w8a8_swap8_f16_acc_dense_matches_reference", acc16_dense_cases,
+                HM_ARRAY_SIZE(acc16_dense_cases), W8_DENSE, true,
+                "dense W8A8 swapped 8-row f16-accumulation");
+  w8_swap8_test("w8a8_swap8_f16_acc_moe_layouts_match_reference", acc16_moe_cases,
+                HM_ARRAY_SIZE(acc16_moe_cases), W8_MOE, true, "MoE W8A8 swapped 8-row f16-accumulation");
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
@@ -246,6 +223,9 @@ int main(void) {
       cmocka_unit_test(ws_moe_layouts_match_reference),
       cmocka_unit_test(f16_acc_dense_matches_reference),
       cmocka_unit_test(f16_acc_moe_layouts_match_reference),
+      cmocka_unit_test(swap8_dense_matches_reference),
+      cmocka_unit_test(swap8_moe_layouts_match_reference),
+      cmocka_unit_test(swap8_f16_acc_matches_reference),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

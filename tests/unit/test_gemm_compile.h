@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
+#include "hm_swap8_tunings.h"
 #include "hm_test.h"
 #include "kernels/gemm_gen.h"
 #include "kernels/gemm_select.h"
@@ -70,6 +72,18 @@ static inline void tg_add_layer_plans(tg_batch *b, const hm_layer_config *lc, hm
     const hm_gemm_plan plan = tg_plan_of(lc, (hm_gemm_type)t, arch);
     for (int j = 0; j < (t == (int)own ? plan.count : 1); j++) tg_add_gemm(b, &plan.cfg[j]);
     if (t != (int)own) tg_add_gemm(b, &plan.cfg[plan.count - 1]);
+  }
+}
+
+/* Adds the swapped 8-row tunings the device tests force (hm_swap8_tunings.h) on GEMM type
+ * `type` of layer lc, each checked first: they must be legal for every W8A8 format. */
+static inline void tg_add_swap8(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch) {
+  hm_gemm_config cfg;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &cfg));
+  for (size_t i = 0; i < HM_ARRAY_SIZE(hm_swap8_tunings); i++) {
+    cfg.tuning = hm_swap8_tunings[i];
+    HM_ASSERT_OK(hm_gemm_config_check(&cfg));
+    tg_add_gemm(b, &cfg);
   }
 }
 

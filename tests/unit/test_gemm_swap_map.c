@@ -4,7 +4,8 @@
  * fragment layouts of mma.m16n8k16 with f16/bf16 inputs and f32 accumulators, on a
  * simulated warp: the codes a lane holds for the standard B fragments are its A
  * fragments of the swapped MMA, ldmatrix of the 8 token rows gives the n8 fragment, and
- * the two exchanges per block turn the C^T accumulators into the standard layout.
+ * the two exchanges per block turn the C^T accumulators into the standard layout; and the
+ * same for the W8A8 kernel's m16n8k32 8-bit fragments and its mxfp4 scale bytes.
  */
 #include "hm_test.h"
 #include "kernels/hm_swap_map.cuh"
@@ -90,6 +91,65 @@ static void token_rows_give_the_n8_fragment(void **state) {
     }
 }
 
+/* PTX, m16n8k32 8-bit A: byte i of register r (row, k). */
+static elem ptx_a8(int lane, int r, int i) {
+  const int g = lane >> 2, t = lane & 3;
+  const elem e = {(r & 1) ? g + 8 : g, t * 4 + i + ((r >> 1) ? 16 : 0)};
+  return e;
+}
+
+/* PTX, m16n8k32 8-bit B (k32 x n8): byte i of register r, row = k. */
+static elem ptx_b8(int lane, int r, int i) {
+  const int g = lane >> 2, t = lane & 3;
+  const elem e = {t * 4 + i + 16 * r, g};
+  return e;
+}
+
+/*
+ * The W8A8 swapped tile (hm_w8_weight_frags): A register r of m16 block J is B register
+ * slot % 2 of n8 block slot / 2 (slot = hm_swap_a_slot(J, r)), the token rows' ldmatrix
+ * .x2 (lane l < 16: row l % 8, 16-byte chunk 2s + l / 8) gives the 8-bit n8 fragment, and
+ * a lane's mxfp4 scales of columns 16J + 8i + g sit where the kernel reads them.
+ */
+static void w8_slots_are_swapped_a_fragments(void **state) {
+  (void)state;
+  for (int lane = 0; lane < 32; lane++)
+    for (int block = 0; block < 4; block++)
+      for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 4; i++) {
+          const int slot = hm_swap_a_slot(block, r);
+          const elem a = ptx_a8(lane, r, i), b = ptx_b8(lane, slot % 2, i);
+          assert_int_equal(16 * block + a.row, 8 * (slot / 2) + b.col);
+          assert_int_equal(a.col, b.row);
+        }
+}
+
+static void w8_token_rows_give_the_n8_fragment(void **state) {
+  (void)state;
+  for (int lane = 0; lane < 32; lane++)
+    for (int r = 0; r < 2; r++)
+      for (int i = 0; i < 4; i++) {
+        const int addr_lane = r * 8 + (lane >> 2); /* ldmatrix: matrix r, row lane / 4 */
+        const int token = addr_lane & 7, k = 16 * ((addr_lane >> 3) & 1) + 4 * (lane & 3) + i;
+        const elem b = ptx_b8(lane, r, i);
+        assert_int_equal(token, b.col);
+        assert_int_equal(k, b.row);
+      }
+}
+
+static void w8_mx_scales_of_swapped_columns(void **state) {
+  (void)state;
+  for (int lane = 0; lane < 32; lane++)
+    for (int block = 0; block < 4; block++)
+      for (int i = 0; i < 2; i++) {
+        const int col = 16 * block + 8 * i + (lane >> 2);
+        /* transform_w4a8.cuh: column 8j + 2t + h at byte 16t + 2j + h of a unit's 64 */
+        const int want = 16 * ((col % 8) / 2) + 2 * (col / 8) + col % 2;
+        const int got = 16 * hm_swap8_scale_row(lane) + 4 * block + hm_swap8_scale_byte(lane, i);
+        assert_int_equal(got, want);
+      }
+}
+
 /* Values as (token, unit column) codes so that a misplaced one is visible. */
 static float code(int token, int col) {
   return (float)(token * 100 + col);
@@ -140,6 +200,9 @@ int main(void) {
       cmocka_unit_test(pair_slots_are_swapped_a_fragments),
       cmocka_unit_test(token_rows_give_the_n8_fragment),
       cmocka_unit_test(exchanges_give_the_standard_layout),
+      cmocka_unit_test(w8_slots_are_swapped_a_fragments),
+      cmocka_unit_test(w8_token_rows_give_the_n8_fragment),
+      cmocka_unit_test(w8_mx_scales_of_swapped_columns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,9 @@
 /*
  * Every W4A8 GEMM variant compiles with NVRTC: int4 x int8 (sm_80, sm_89, sm_90a) and
  * mxfp4 x fp8 e4m3 (sm_89, sm_90a), each with per-token or 1x128 activation scales, f16 or
- * bf16 output, bias; every GEMM type (each plan entry of one, the first and last entries
- * of the others) and the transform kernels. Also the plans (mma.sync only: W4A8 has no
+ * bf16 output, bias; every GEMM type (each plan entry of one, the first (the swapped 8-row
+ * tile) and last entries of the others), the swapped tunings the device tests force, on a
+ * GEMM type per variant, and the transform kernels. Also the plans (mma.sync only: W4A8 has no
  * wgmma kernel), the refusals (nvfp4, fp8 before sm_89, a forced wgmma tile), the kernel
  * names and the transform's sizes.
  */
@@ -68,6 +69,9 @@ static void every_variant_compiles(void **state) {
       const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64);
       const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
       tg_add_layer_plans(&b, &lc, own, archs[a]);
+      const hm_gemm_type forced = (hm_gemm_type)((i + a) % 4);
+      const hm_layer_config swap = layer_of(&variants[i], forced == HM_GEMM_DENSE ? 1 : 64);
+      tg_add_swap8(&b, &swap, forced, archs[a]);
     }
     tg_add_transform_128(&b, HM_I4, HM_BF16, 0, HM_I8, archs[a]);
     if (archs[a] < 89) continue;
@@ -116,7 +120,7 @@ static void heuristic_plans_compile(void **state) {
   tg_compile_all(b.src, b.count, "W4A8 heuristic-plan");
 }
 
-/* mma.sync at every M, on sm_90 too; twice the W8A8 stages where shared memory allows. */
+/* mma.sync at every M, on sm_90 too, the swapped 8-row tile up to 8 rows per expert. */
 static void plans_are_mma_sync(void **state) {
   (void)state;
   const int archs[] = {89, 90};
@@ -131,7 +135,7 @@ static void plans_are_mma_sync(void **state) {
           const hm_gemm_config *c = &plan.cfg[j];
           HM_ASSERT_OK(hm_gemm_config_check(c));
           assert_int_equal(c->tuning.mma, HM_MMA_SYNC);
-          assert_true(c->tuning.bm >= 16);
+          assert_int_equal(c->tuning.bm == 8, j == 0);
           if (variants[i].act_scale == HM_ACT_SCALE_GROUP128) assert_int_equal(128 % c->tuning.bk, 0);
         }
       }

@@ -3,7 +3,8 @@
  * Every W8A8 GEMM variant compiles with NVRTC for sm_89 and sm_90a: fp8 with 128x128
  * block or per-channel weight scales and int8 with per-channel ones, each with per-token
  * or 1x128 activation scales, f16/bf16 output, bias; every GEMM type (each plan entry of
- * one, the first (mma.sync) and last (wgmma on sm_90a) entries of the others), batch
+ * one, the first (the swapped 8-row tile) and last (wgmma on sm_90a) entries of the
+ * others), the swapped tunings the device tests force, on a GEMM type per variant, batch
  * invariance, and the transform kernels. Also the plans' legality and the refusals of
  * what no kernel takes, and the f16-accumulation variant (fp8 per-channel and mxfp4
  * weights, per-token scales, mma.sync only) with its refusals. tests/unit/
@@ -63,6 +64,9 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
       const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64, false);
       const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
       tg_add_layer_plans(&b, &lc, own, archs[a]);
+      const hm_gemm_type forced = (hm_gemm_type)((i + (size_t)a) % 4);
+      const hm_layer_config swap = layer_of(&variants[i], forced == HM_GEMM_DENSE ? 1 : 64, false);
+      tg_add_swap8(&b, &swap, forced, archs[a]);
     }
     const hm_layer_config inv = layer_of(&variants[0], 1, true);
     const hm_gemm_plan plan = tg_plan_of(&inv, HM_GEMM_DENSE, archs[a]);
@@ -75,7 +79,8 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
 }
 
 /*
- * Plans of every variant, type and arch are legal configs without the 8-row tile: on
+ * Plans of every variant, type and arch are legal configs: the swapped 8-row tile up to 8
+ * rows per expert (not for batch-invariant layers, which keep one MMA shape), then on
  * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128),
  * not warp-specialized, above 32 rows per expert.
  */
@@ -97,7 +102,8 @@ static void plans_are_legal(void **state) {
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
             assert_false(c->tuning.ws); /* measured at half the rate of the plain wgmma kernel */
-            assert_true(c->tuning.bm >= 16);
+            assert_int_equal(c->tuning.bm == 8, j == 0 && !inv);
+            if (c->tuning.bm == 8) assert_true(plan.m_hi[0] == 8 * experts);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)
               assert_int_equal(128 % c->tuning.bk, 0);
             if (inv) assert_false(c->tuning.stream_k);
@@ -117,9 +123,9 @@ static void unsupported_configs_are_refused(void **state) {
   bad.tuning.stages = 2;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "must divide 128"));
+  assert_int_equal(c.tuning.bm, 8); /* decode: the swapped tile, one warp row */
   bad = c;
-  bad.tuning.bm = 8;
-  bad.tuning.warps_m = 1;
+  bad.tuning.warps_m = 2;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   bad = c;
   bad.arch = 80; /* fp8 MMA from sm_89 */

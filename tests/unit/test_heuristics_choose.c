@@ -230,6 +230,30 @@ static void w8a8_moves_to_wgmma_with_rows_per_expert(void **state) {
 }
 
 /*
+ * W8A8 and W4A8 decode on DeepSeek-V3's experts (grouped-masked, H200 and L40S): up to 4
+ * rows per expert the swapped 8-row tile, which runs half the MMAs a weight of a 16-row one
+ * (and mxfp4 folds half as many sums).
+ */
+static void w8a8_decode_takes_the_swapped_tile(void **state) {
+  (void)state;
+  const char *const decode_profiles[] = {"h200", "l40s"};
+  const char *const w8a8[] = {"w4a8-mxfp4", "w4a8-int4", "w8a8-fp8", "w8a8-int8"};
+  const int64_t shapes[][2] = {{4096, 7168}, {7168, 2048}}; /* gate_up, down */
+  for (size_t pi = 0; pi < HM_ARRAY_SIZE(decode_profiles); pi++) {
+    hm_device_profile p;
+    HM_ASSERT_OK(hm_device_profile_builtin(decode_profiles[pi], &p));
+    for (size_t q = 0; q < HM_ARRAY_SIZE(w8a8); q++)
+      for (size_t s = 0; s < HM_ARRAY_SIZE(shapes); s++) {
+        const hm_layer_config lc = layer(w8a8[q], shapes[s][0], shapes[s][1], 256);
+        hm_gemm_plan plan;
+        HM_ASSERT_OK(hm_choose_plan(&lc, HM_GEMM_GROUPED_MASKED, &p, &plan));
+        for (int64_t rows = 1; rows <= 4; rows *= 4)
+          assert_int_equal(plan.cfg[hm_gemm_plan_pick(&plan, rows * 256)].tuning.bm, 8);
+      }
+  }
+}
+
+/*
  * A grouped launch's m overstates the rows routed (the largest expert's rows for masked,
  * padded rows for contiguous); with the routed count the masked decode of DeepSeek-V3's
  * gate_up (8 rows, 256 experts) costs what the same rows cost indexed, not 256 experts.
@@ -267,6 +291,7 @@ int main(void) {
       cmocka_unit_test(h20_and_h200_part_where_the_model_says),
       cmocka_unit_test(bad_ranges_are_refused),
       cmocka_unit_test(w8a8_moves_to_wgmma_with_rows_per_expert),
+      cmocka_unit_test(w8a8_decode_takes_the_swapped_tile),
       cmocka_unit_test(grouped_rows_come_from_the_routed_count),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -96,40 +96,20 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, const 
   }
 }
 
-// Where a CTA starts in its k range. The CTAs of a wave start their ranges together and
-// stream at one pace, so unrotated they read the same offsets of their unit columns at
-// once; where those columns lie a power of two apart (K = 32768: 1 MiB, split in four)
-// every CTA's copies fall on the same memory channels at the same time, and dense decode
-// ran 1.4x slower with ranges aligned to tiles than with ranges offset at random.
-// Rotating by the CTA index spreads them. Batch-invariant kernels sum in k order.
-template <class C>
-__device__ __forceinline__ int hm_k_rotation(int count) {
-  return C::stream_k ? (int)(blockIdx.x * 5u % (unsigned)count) : 0;
-}
-
-// The k-tile of the i-th stage of a range [kb, kb + count) entered at rot.
-__device__ __forceinline__ int hm_rotated_kt(int kb, int i, int rot, int count) {
-  const int j = i + rot;
-  return kb + (j < count ? j : j - count);
-}
-
-// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), from where
-// hm_k_rotation enters. Leaves the pipeline drained and the CTA synchronized, so shared
-// memory may be reused on return.
+// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). Leaves the pipeline
+// drained and the CTA synchronized, so shared memory may be reused on return.
 template <class C>
 __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke, unsigned char *smem,
-                            const int *a_row, int wm, int wn, int wk, int lane, hm_acc_t<C> &acc) {
+                            const int *a_row, int wm, int wn, int wk, int lane,
+                            hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   hm_acc_zero<C>(acc);
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
   const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
   const int count = ke - kb;
-  const int rot = hm_k_rotation<C>(count);
 #pragma unroll
   for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < count)
-      hm_load_plan_stage<C>(plan, p, tile, hm_rotated_kt(kb, s, rot, count), smem + s * T::stage_bytes,
-                            a_row);
+    if (s < count) hm_load_plan_stage<C>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
     hm_cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
@@ -137,8 +117,7 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
     __syncthreads();
     const int next = i + C::stages - 1;
     if (next < count)
-      hm_load_plan_stage<C>(plan, p, tile, hm_rotated_kt(kb, next, rot, count),
-                            smem + (next % C::stages) * T::stage_bytes, a_row);
+      hm_load_plan_stage<C>(plan, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
     hm_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, la, acc);
   }

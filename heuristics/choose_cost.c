@@ -4,7 +4,8 @@
  * only ever adds to them, so a prediction is never below the roofline:
  *  - tiles: rows are padded to bm per expert, columns to bn, K to bk;
  *  - schedule: whole tiles per CTA quantize into waves; Stream-K splits k-iterations
- *    (no finer than sk_min_iters) so that few tiles still keep every CTA busy;
+ *    (no finer than sk_min_iters) so that few tiles still keep every CTA busy, on the
+ *    CTAs the kernels would give them (kernels/hm_sk_split.cuh);
  *  - bandwidth: a CTA can only have its pipeline's stages in flight, so by Little's law
  *    it streams (stages-1)*stage_bytes per DRAM latency; too few busy CTAs, or too
  *    shallow pipelines, leave bandwidth unused (this is where H20 and H200 part ways:
@@ -31,6 +32,7 @@
 #include "heuristics/choose.h"
 #include "heuristics/roofline.h"
 #include "kernels/gemm_config_w8a8.h"
+#include "kernels/hm_sk_split.cuh"
 
 #define LAUNCH_US 2.0
 #define DRAM_LATENCY_US 0.8
@@ -78,11 +80,32 @@ static double warp_tile_efficiency(const hm_gemm_tuning *t) {
   return per_tile * fmin(1.0, warps_per_sm / WARPS_TO_FILL_SM);
 }
 
+/* How the kernel would share ceil(tiles) tiles on its grid (kernels/hm_sk_split.cuh):
+ * data-parallel tiles, and the CTAs that split the rest (0 where none is left). */
+typedef struct sk_split {
+  int tiles, dp_tiles, sk_ctas;
+} sk_split;
+
+static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
+  const int grid = sm_count * t->ctas_per_sm;
+  sk_split s = {(int)ceil(tiles), 0, 0};
+  s.dp_tiles = hm_sk_dp_tiles(s.tiles, grid, t->stream_k);
+  if (s.tiles > s.dp_tiles) s.sk_ctas = hm_sk_ctas(s.tiles - s.dp_tiles, (int)k_iters, grid, t->sk_min_iters);
+  return s;
+}
+
 /* The k-iterations the busiest CTA runs. */
 static double makespan_iters(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
   const double ctas = (double)sm_count * t->ctas_per_sm;
-  if (t->stream_k) return fmax(ceil(tiles * k_iters / ctas), fmin((double)t->sk_min_iters, k_iters));
-  return ceil(tiles / ctas) * k_iters;
+  const sk_split s = split_of(t, tiles, k_iters, sm_count);
+  const double waves = ceil(s.dp_tiles / ctas) * k_iters;
+  return s.sk_ctas ? waves + ceil((s.tiles - s.dp_tiles) * k_iters / s.sk_ctas) : waves;
+}
+
+/* Whether some CTA's range ends inside a tile, so that partials are published and summed. */
+static bool has_fixup(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
+  const sk_split s = split_of(t, tiles, k_iters, sm_count);
+  return s.sk_ctas != 0 && s.sk_ctas != s.tiles - s.dp_tiles;
 }
 
 /* Average CTAs at work: total k-iterations over (makespan in k-iterations x CTAs launched). */
@@ -123,7 +146,8 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double reread_bytes = r.weight_bytes * (m_tiles_per_expert - 1) + r.act_bytes * (n_tiles - 1);
   const double per_expert = experts > 0 ? r.weight_bytes / experts : 0;
   const double reread_rate = per_expert + r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
-  const double fixup_bytes = t->stream_k ? 2.0 * p->sm_count * t->ctas_per_sm * hm_gemm_acc_rows(t) * t->bn * 4 : 0;
+  const bool fixup = has_fixup(t, tiles, k_iters, p->sm_count);
+  const double fixup_bytes = fixup ? 2.0 * p->sm_count * t->ctas_per_sm * hm_gemm_acc_rows(t) * t->bn * 4 : 0;
   out->mem_us = (dram_bytes + (reread_bytes / reread_rate + fixup_bytes / L2_BW_FACTOR)) / stream_bytes_us;
 
   const double padded_flops = 2.0 * experts * m_tiles_per_expert * t->bm * n_tiles * t->bn * k_iters * t->bk;
@@ -148,7 +172,6 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double per_iter_us =
       K_ITER_US + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
   const double iter_us = per_iter_us * makespan_iters(t, tiles, k_iters, p->sm_count) * t->ctas_per_sm;
-  out->predicted_us =
-      LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (t->stream_k ? SK_FIXUP_US : 0.0);
+  out->predicted_us = LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (fixup ? SK_FIXUP_US : 0.0);
   return HM_OK;
 }

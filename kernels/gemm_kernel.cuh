@@ -28,8 +28,8 @@ struct hm_sync_loop {
 // Loads row maps for the tile, runs k-tiles [kb, ke) and reduces across warps_k.
 template <class C, class L>
 __device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                                unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn, int wk,
-                                                int lane, hm_acc_t<C> &acc) {
+                                                unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn,
+                                                int wk, int lane, hm_acc_t<C> &acc) {
   __syncthreads();  // the previous segment is done with the row maps and shared memory
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
@@ -40,9 +40,10 @@ __device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const h
 // A Stream-K piece of a tile: publish the partial; the last contributor sums all of
 // them in k order and stores the tile. Returns nothing; the counter is reset for reuse.
 template <class C>
-__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile, long long first_it,
-                                              long long iters, int ctas, const hm_gemm_smem_maps &maps, int wmn,
-                                              int wk, int lane, hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile,
+                                              long long first_it, long long iters, int ctas,
+                                              const hm_gemm_smem_maps &maps, int wmn, int wk, int lane,
+                                              hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   const int cta = blockIdx.x;
   const int head = hm_sk_owner(first_it, iters, ctas);
@@ -62,7 +63,8 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   __threadfence();
   hm_acc_zero<C>(acc);
   for (int c = head; c <= last; ++c)
-    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), maps.c_row, wmn, lane, acc);
+    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), maps.c_row, wmn, lane,
+                      acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
@@ -80,15 +82,15 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
   const int wmn = warp % T::warps_mn, wk = warp / T::warps_mn;
   const int grid = p.grid, cta = blockIdx.x;
   const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
-  int dp_tiles = tiles;
-  if (C::stream_k && tiles % grid != 0) dp_tiles = tiles < grid ? 0 : (tiles / grid - 1) * grid;
+  const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
   hm_acc_t<C> acc;
 
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
     if (tile.skip) continue;
     hm_gemm_segment<C, L>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc);
-    if (wk == 0) hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+    if (wk == 0)
+      hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
   }
 
   const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
@@ -105,7 +107,8 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
     if (tile.skip) continue;
     hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc);
     if (kb == 0 && ke == T::k_iters) {
-      if (wk == 0) hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+      if (wk == 0)
+        hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
     } else {
       hm_gemm_fixup<C>(p, tile, (long long)t * T::k_iters, iters, ctas, maps, wmn, wk, lane, acc);
     }

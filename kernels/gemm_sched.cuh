@@ -7,13 +7,14 @@
 
 #include "gemm_params.cuh"
 #include "gemm_traits.cuh"
+#include "hm_sk_split.cuh"
 
 struct hm_tile {
   int e;       // expert
   int m_tile;  // global m-tile index
   int row0;    // first row of the tile within its expert's rows
   int n_tile;
-  bool skip;   // expert id -1: nothing to do, no partials either
+  bool skip;  // expert id -1: nothing to do, no partials either
 };
 
 template <class C>
@@ -69,7 +70,10 @@ __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, co
     int lo = 0, hi = C::experts - 1;  // first expert whose prefix exceeds m_tile
     while (lo < hi) {
       const int mid = (lo + hi) >> 1;
-      if (prefix[mid] > tile.m_tile) hi = mid; else lo = mid + 1;
+      if (prefix[mid] > tile.m_tile)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     tile.e = lo;
     tile.row0 = (tile.m_tile - (lo ? prefix[lo - 1] : 0)) * C::bm;
@@ -112,28 +116,4 @@ __device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_t
                                              int *c_row, float *row_scale) {
   const int r = threadIdx.x;
   if (r < T::map_rows) hm_tile_row<C>(p, tile, r, a_row, c_row, row_scale);
-}
-
-// Stream-K: iterations [begin(c), begin(c+1)) of the split tiles go to CTA c.
-__device__ __forceinline__ long long hm_sk_begin(int c, long long iters, int ctas) {
-  return (long long)c * iters / ctas;
-}
-
-// CTAs that share `tiles` Stream-K tiles of k_iters iterations, from up to `grid`, at
-// least min_iters each. A CTA whose range crosses a tile boundary refills its pipeline and
-// publishes a partial at each crossing; where the tiles fit the grid, a multiple of them
-// whose share of a tile divides k_iters keeps every CTA inside one tile, which pays for
-// up to an eighth of the CTAs left idle (dense decode: 32 tiles on 132 SMs run on 128).
-__device__ __forceinline__ int hm_sk_ctas(int tiles, int k_iters, int grid, int min_iters) {
-  const long long cap = (long long)tiles * k_iters / min_iters;
-  int ctas = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
-  if (tiles > ctas) return ctas;
-  int s = ctas / tiles;
-  while (k_iters % s != 0) --s;
-  return 8 * tiles * s >= 7 * ctas ? tiles * s : ctas;
-}
-
-// The CTA whose range holds iteration i.
-__device__ __forceinline__ int hm_sk_owner(long long i, long long iters, int ctas) {
-  return (int)(((i + 1) * ctas - 1) / iters);
 }

@@ -112,8 +112,7 @@ template <class C, class F>
 __device__ __forceinline__ void hm_wg_walk(const hm_gemm_params &p, int tiles, const int *prefix, F &&visit) {
   using T = hm_wg_traits<C>;
   const int grid = p.grid, cta = blockIdx.x;
-  int dp_tiles = tiles;
-  if (C::stream_k && tiles % grid != 0) dp_tiles = tiles < grid ? 0 : (tiles / grid - 1) * grid;
+  const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C, T>(p, t, prefix);
     if (!tile.skip) visit(tile, 0, T::k_iters, hm_wg_split{0, 0, 0, 0});

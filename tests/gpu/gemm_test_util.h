@@ -78,6 +78,18 @@ static inline void gt_layer_data_free(gt_layer_data *d) {
   free(d->bias);
 }
 
+/* A layer of cfg with host weights w and bias (or NULL), loaded and transformed. */
+static inline hm_layer *gt_layer_loaded(hm_engine *e, const hm_layer_config *cfg, const hm_host_weights *w,
+                                        void *bias) {
+  hm_layer *l = NULL;
+  HM_ASSERT_OK(hm_layer_create(e, cfg, &l));
+  hm_weights_view v = hm_host_weights_view(w);
+  v.bias = bias;
+  HM_ASSERT_OK(hm_layer_load(l, &v));
+  HM_ASSERT_OK(hm_layer_transform(l, NULL));
+  return l;
+}
+
 static inline hm_layer *gt_layer_make(hm_engine *e, const gt_case *c, const gt_layer_data *d) {
   hm_layer_config cfg = HM_LAYER_CONFIG_INIT;
   cfg.n = c->n;
@@ -89,13 +101,7 @@ static inline hm_layer *gt_layer_make(hm_engine *e, const gt_case *c, const gt_l
   cfg.out = c->out;
   cfg.bias = c->bias;
   cfg.batch_invariant = c->batch_invariant;
-  hm_layer *l = NULL;
-  HM_ASSERT_OK(hm_layer_create(e, &cfg, &l));
-  hm_weights_view v = hm_host_weights_view(&d->w);
-  v.bias = d->bias;
-  HM_ASSERT_OK(hm_layer_load(l, &v));
-  HM_ASSERT_OK(hm_layer_transform(l, NULL));
-  return l;
+  return gt_layer_loaded(e, &cfg, &d->w, d->bias);
 }
 
 /* The reference into a NaN-poisoned c_ref (c_rows x N of the output type). */

@@ -101,11 +101,7 @@ static inline void w8_layer_from(hm_rng *rng, const w8_case *c, const float *src
   cfg.out = c->out;
   cfg.bias = c->bias;
   cfg.fp16_accumulate = f16_acc;
-  HM_ASSERT_OK(hm_layer_create(engine, &cfg, &x->layer));
-  hm_weights_view v = hm_host_weights_view(&x->w);
-  v.bias = x->bias;
-  HM_ASSERT_OK(hm_layer_load(x->layer, &v));
-  HM_ASSERT_OK(hm_layer_transform(x->layer, NULL));
+  x->layer = gt_layer_loaded(engine, &cfg, &x->w, x->bias);
 }
 
 /* The layer of case c over random normal weights. */

@@ -7,6 +7,8 @@
 
 #include "hm_test.h"
 
+#include "engine.h"
+
 void hm_rng_seed(hm_rng *rng, uint64_t seed) { rng->state = seed ? seed : 0x9e3779b97f4a7c15ull; }
 
 /* splitmix64: good enough statistics for test data, trivially reproducible. */
@@ -77,6 +79,34 @@ hm_engine *hm_test_cuda_engine_or_skip(void) {
     exit(1);
   }
   return e;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+float hm_test_median_ms(hm_engine *engine, hm_stream *stream, int warmup, int reps,
+                        void (*fn)(void *ctx, int call), void *ctx) {
+  hm_event *t0, *t1;
+  HM_ASSERT_OK(hm_event_create(engine, &t0));
+  HM_ASSERT_OK(hm_event_create(engine, &t1));
+  float *ms = malloc((size_t)reps * sizeof(float));
+  assert_non_null(ms);
+  for (int i = 0; i < warmup + reps; i++) {
+    HM_ASSERT_OK(hm_event_record(t0, stream));
+    fn(ctx, i);
+    HM_ASSERT_OK(hm_event_record(t1, stream));
+    float t;
+    HM_ASSERT_OK(hm_event_elapsed_ms(t0, t1, &t));
+    if (i >= warmup) ms[i - warmup] = t;
+  }
+  hm_event_destroy(t0);
+  hm_event_destroy(t1);
+  qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+  const float median = ms[reps / 2];
+  free(ms);
+  return median;
 }
 
 hm_engine *hm_test_mpi_host_engine(int *argc, char ***argv, hm_comm_world *world) {

@@ -41,6 +41,14 @@ uint64_t hm_test_seed(const char *test_name);
 /* ||out - ref|| / ||ref|| in double; +inf if out holds a NaN or Inf. */
 double hm_rel_error(const float *out, const float *ref, size_t n);
 
+/*
+ * Median milliseconds of `reps` calls of fn(ctx, call) on stream, each between two CUDA
+ * events, after `warmup` calls timed the same way and dropped; call counts all of them
+ * from 0, so that fn can rotate over copies of its weights (cold in L2).
+ */
+float hm_test_median_ms(hm_engine *engine, hm_stream *stream, int warmup, int reps,
+                        void (*fn)(void *ctx, int call), void *ctx);
+
 /* An engine on the host backend (fails the test if it cannot be made). */
 hm_engine *hm_test_host_engine(void);
 /*

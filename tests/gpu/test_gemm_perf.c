@@ -16,32 +16,10 @@ static hm_stream *stream;
 #define REPS 20
 #define COPIES 4
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-/* One GEMM on `stream` reading weight copy `copy` (0..COPIES-1). */
-typedef void (*timed_fn)(void *ctx, int copy);
-
-/* Median of REPS timed calls after three warm-up ones, rotating over the COPIES. */
-static float time_median(timed_fn fn, void *ctx) {
-  hm_event *t0, *t1;
-  HM_ASSERT_OK(hm_event_create(engine, &t0));
-  HM_ASSERT_OK(hm_event_create(engine, &t1));
-  float ms[REPS];
-  for (int i = -3; i < REPS; i++) {
-    HM_ASSERT_OK(hm_event_record(t0, stream));
-    fn(ctx, (i + 3) % COPIES);
-    HM_ASSERT_OK(hm_event_record(t1, stream));
-    float t;
-    HM_ASSERT_OK(hm_event_elapsed_ms(t0, t1, &t));
-    if (i >= 0) ms[i] = t;
-  }
-  hm_event_destroy(t0);
-  hm_event_destroy(t1);
-  qsort(ms, REPS, sizeof(float), cmp_float);
-  return ms[REPS / 2];
+/* Median of REPS timed calls fn(ctx, call) after three warm-up ones; fn reads weight copy
+ * call % COPIES. */
+static float time_median(void (*fn)(void *ctx, int call), void *ctx) {
+  return hm_test_median_ms(engine, stream, 3, REPS, fn, ctx);
 }
 
 typedef struct forward_ctx {
@@ -49,9 +27,9 @@ typedef struct forward_ctx {
   const hm_gemm_args *args;
 } forward_ctx;
 
-static void timed_forward(void *ctx, int copy) {
+static void timed_forward(void *ctx, int call) {
   const forward_ctx *f = ctx;
-  HM_ASSERT_OK(hm_layer_forward(f->l[copy], f->args, stream));
+  HM_ASSERT_OK(hm_layer_forward(f->l[call % COPIES], f->args, stream));
 }
 
 /* Median of REPS timed forwards, rotating over COPIES layers of the same weights. */
@@ -153,9 +131,10 @@ typedef struct forced_kernel {
   const hm_gemm_args *args;
 } forced_kernel;
 
-static void timed_launch(void *ctx, int copy) {
+static void timed_launch(void *ctx, int call) {
   const forced_kernel *f = ctx;
-  HM_ASSERT_OK(hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops[copy], f->args, f->workspace, stream));
+  HM_ASSERT_OK(
+      hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops[call % COPIES], f->args, f->workspace, stream));
 }
 
 static void checked_launch(void *ctx, const hm_gemm_args *device_args) {

@@ -42,29 +42,23 @@ static const hm_gemm_tuning large[] = {
     {128, 256, 64, 4, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false},
 };
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
+typedef struct launch_ctx {
+  hm_kernel *k;
+  const hm_gemm_config *cfg;
+  const hm_gemm_operands *ops; /* COPIES of them */
+  const hm_gemm_args *args;
+  void *ws;
+} launch_ctx;
+
+static void timed_launch(void *ctx, int call) {
+  const launch_ctx *l = ctx;
+  HM_ASSERT_OK(hm_gemm_launch(l->k, l->cfg, engine->sm_count, &l->ops[call % COPIES], l->args, l->ws, stream));
 }
 
 static float time_launch(hm_kernel *k, const hm_gemm_config *cfg, const hm_gemm_operands *ops,
-                         const hm_gemm_args *args, void *ws) { /* ops: COPIES of them */
-  hm_event *t0, *t1;
-  HM_ASSERT_OK(hm_event_create(engine, &t0));
-  HM_ASSERT_OK(hm_event_create(engine, &t1));
-  float ms[REPS];
-  for (int i = -3; i < REPS; i++) {
-    HM_ASSERT_OK(hm_event_record(t0, stream));
-    HM_ASSERT_OK(hm_gemm_launch(k, cfg, engine->sm_count, &ops[(i + 3) % COPIES], args, ws, stream));
-    HM_ASSERT_OK(hm_event_record(t1, stream));
-    float t;
-    HM_ASSERT_OK(hm_event_elapsed_ms(t0, t1, &t));
-    if (i >= 0) ms[i] = t;
-  }
-  hm_event_destroy(t0);
-  hm_event_destroy(t1);
-  qsort(ms, REPS, sizeof(float), cmp_float);
-  return ms[REPS / 2];
+                         const hm_gemm_args *args, void *ws) {
+  launch_ctx l = {k, cfg, ops, args, ws};
+  return hm_test_median_ms(engine, stream, 3, REPS, timed_launch, &l);
 }
 
 static void sweep(void **state) {

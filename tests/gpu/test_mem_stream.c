@@ -136,11 +136,6 @@ static const probe probes[] = {
 static hm_engine *engine;
 static hm_stream *stream;
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
 static const char *kind_name(probe_kind k) { return k == PROBE_LD ? "ld" : k == PROBE_CP ? "cp.async" : "bulk"; }
 
 static hm_kernel *probe_kernel(const probe *p) {
@@ -163,6 +158,20 @@ static void probe_launch(hm_kernel *k, const probe *p, const unsigned char *src,
   const hm_launch_dims dims = {
       {grid, 1, 1}, {(unsigned)p->threads, 1, 1}, p->kind == PROBE_LD ? 0 : (size_t)p->stage * p->stages, {0}};
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, args, stream));
+}
+
+/* The timed runs of one probe and size: windows of the buffer in turn. */
+typedef struct probe_run {
+  hm_kernel *k;
+  const probe *p;
+  const unsigned char *buf;
+  size_t bytes, windows;
+  unsigned *out;
+} probe_run;
+
+static void timed_probe(void *ctx, int call) {
+  const probe_run *r = ctx;
+  probe_launch(r->k, r->p, r->buf + (size_t)call % r->windows * r->bytes, r->bytes, r->out);
 }
 
 static unsigned device_sum(const unsigned *out, int ctas) {
@@ -189,10 +198,6 @@ static void stream_ceilings(void **state) {
   HM_ASSERT_OK(hm_mem_alloc(engine, BUF_BYTES, (void **)&buf));
   HM_ASSERT_OK(hm_mem_upload(engine, buf, host, BUF_BYTES));
   HM_ASSERT_OK(hm_mem_alloc(engine, 65536 * sizeof(unsigned), (void **)&out));
-  hm_event *t0, *t1;
-  HM_ASSERT_OK(hm_event_create(engine, &t0));
-  HM_ASSERT_OK(hm_event_create(engine, &t1));
-
   const size_t sizes[] = {(size_t)32 << 20, (size_t)128 << 20, BUF_BYTES};
   unsigned expect[HM_ARRAY_SIZE(sizes)][8] = {{0}};
   for (size_t s = 0; s < HM_ARRAY_SIZE(sizes); s++)
@@ -224,22 +229,13 @@ static void stream_ceilings(void **state) {
           wrong++;
         }
       }
-      float ms[REPS];
-      for (int r = 0; r < REPS; r++) {
-        HM_ASSERT_OK(hm_event_record(t0, stream));
-        probe_launch(k, p, buf + (size_t)(r % windows) * sizes[s], sizes[s], out);
-        HM_ASSERT_OK(hm_event_record(t1, stream));
-        HM_ASSERT_OK(hm_event_elapsed_ms(t0, t1, &ms[r]));
-      }
-      qsort(ms, REPS, sizeof(float), cmp_float);
-      const double us = ms[REPS / 2] * 1e3;
+      probe_run run = {k, p, buf, sizes[s], windows, out};
+      const double us = hm_test_median_ms(engine, stream, 0, REPS, timed_probe, &run) * 1e3;
       printf("  %10.2f %5.0f", us, (double)sizes[s] / (us * 1e-6) / 1e9);
     }
     printf("\n");
     fflush(stdout);
   }
-  hm_event_destroy(t0);
-  hm_event_destroy(t1);
   hm_mem_free(engine, buf);
   hm_mem_free(engine, out);
   free(host);

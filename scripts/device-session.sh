@@ -5,8 +5,8 @@
 # cost the others. Logs and JSON go to $OUT, packed into $OUT/logs.tar.gz (a device call
 # returns only a few files: the logs sit in $OUT/logs); a short summary is printed last. Run from the repo root:
 #   source .devdeps/env.sh && PHASES="tests kernels" scripts/device-session.sh
-# Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels (dense and MoE GEMMs against torch's cuBLAS),
-# layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
+# Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
+# (dense and MoE GEMMs against torch's cuBLAS), layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
 # fp8shapes (the fp8 shapes issue #8 sets targets on; FP8_PLAN=all compares the plans),
@@ -41,6 +41,11 @@ trap pack EXIT
 
 has() { [[ " $PHASES " == *" $1 "* ]]; }
 
+# The dense GEMM of the targets: N = 8192 (gate_up of intermediate 4096), K = $1 (8192).
+dense_shape() {
+  echo "--model tiny --hidden ${1:-8192} --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
+}
+
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$LOGS/device.txt"
 step build 240 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3=$(command -v python3) &&
   cmake --build $BUILD -j$(nproc)" || { grep -E "error" "$LOGS/build.log" | head -20; exit 1; }
@@ -54,8 +59,8 @@ if has tests; then
 fi
 
 if has kernels; then
-  dense="--model tiny --hidden 8192 --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
-  step kernel-dense 120 "$bench" kernel $dense --quant w4a16 --m "${DENSE_M:-1:16384:x2}" --baseline torch \
+  # shellcheck disable=SC2046
+  step kernel-dense 120 "$bench" kernel $(dense_shape) --quant w4a16 --m "${DENSE_M:-1:16384:x2}" --baseline torch \
     --json "$LOGS/kernel-dense.json"
   for g in ${KERNEL_MOE-gate_up down}; do
     step "kernel-moe-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
@@ -130,8 +135,9 @@ if has probe; then
   grep -E "^#|^  [a-z]" "$LOGS/mem-stream.log" | tee -a "$summary"
   for m in ${PROBE_M:-1 16}; do
     for k in ${PROBE_K:-2048 4096 8192 16384 32768}; do
-      step "kfit-m$m-k$k" 60 "$bench" kernel --model tiny --hidden "$k" --intermediate 4096 --experts 1 --top-k 1 \
-        --layout dense --gemm gate_up --quant w4a16 --m "$m" --baseline none --json "$LOGS/kfit-m$m-k$k.json"
+      # shellcheck disable=SC2046
+      step "kfit-m$m-k$k" 60 "$bench" kernel $(dense_shape "$k") --quant w4a16 --m "$m" --baseline none \
+        --json "$LOGS/kfit-m$m-k$k.json"
       note "kfit M=$m K=$k: $(grep -E "^ +$m " "$LOGS/kfit-m$m-k$k.log" | head -1)"
     done
   done
@@ -145,7 +151,7 @@ ncu_summary() { # log
 # NCU_SECTIONS="--set full" for everything Nsight measures; NCU_FP8=1 adds the fp8
 # block-scaled grouped-contiguous GEMM of issue #8 (8 x 4096 rows, gate_up).
 if has ncu; then
-  dense="--model tiny --hidden 8192 --intermediate 4096 --experts 1 --top-k 1 --layout dense --gemm gate_up"
+  dense=$(dense_shape)
   sections=${NCU_SECTIONS:-"--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
     --section WarpStateStats --section MemoryWorkloadAnalysis"}
   for run in ${NCU_RUNS:-auto:1 default:1}; do

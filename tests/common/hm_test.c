@@ -39,7 +39,8 @@ void hm_rng_fill_normal(hm_rng *rng, float *x, size_t n, float scale) {
 }
 
 uint64_t hm_test_seed(const char *test_name) {
-  uint64_t seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+  const char *fixed = getenv("HM_TEST_SEED");
+  uint64_t seed = fixed && *fixed ? strtoull(fixed, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
   printf("# %s seed %llu\n", test_name, (unsigned long long)seed);
   return seed;
 }

@@ -35,7 +35,7 @@ float hm_rng_uniform(hm_rng *rng, float lo, float hi);
 float hm_rng_normal(hm_rng *rng);
 void hm_rng_fill_uniform(hm_rng *rng, float *x, size_t n, float lo, float hi);
 void hm_rng_fill_normal(hm_rng *rng, float *x, size_t n, float scale);
-/* A seed from HUMMING_TEST_SEED-free sources: time and pid, printed so it can be replayed. */
+/* A seed from time and pid, printed; HM_TEST_SEED=<printed seed> replays a failed run. */
 uint64_t hm_test_seed(const char *test_name);
 
 /* ||out - ref|| / ||ref|| in double; +inf if out holds a NaN or Inf. */

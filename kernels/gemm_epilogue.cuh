@@ -39,37 +39,28 @@ __device__ __forceinline__ float4 *hm_partial_slot(const hm_gemm_params &p, int 
   return (float4 *)(p.partials + (long long)slot * T::map_rows * C::bn) + wmn * (T::acc_regs / 4) * 32 + lane;
 }
 
-// Whether float4 q of the lane (rows r and r + 8 of one m16 block) holds an output row:
-// at decode most rows of a tile have none, and their partials need not travel.
+// Every lane stores and loads its whole partial, rows without output included, so that the
+// last contributor's L2 loads sit in one basic block and issue back to back. Skipping the
+// dead rows put each load behind its own branch (serialized round trips) to save under
+// 2 MiB of L2 traffic a decode launch.
 template <class C>
-__device__ __forceinline__ bool hm_partial_live(const int *c_row, int wm, int q, int lane) {
-  using T = hm_gemm_traits<C>;
-  const int r = wm * T::wtm + (q / 8) % T::mi * 16 + (lane >> 2);
-  return c_row[r] >= 0 || c_row[r + 8] >= 0;
-}
-
-template <class C>
-__device__ __forceinline__ void hm_partial_store(const hm_gemm_params &p, int slot, const int *c_row, int wmn,
-                                                 int lane, const hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_partial_store(const hm_gemm_params &p, int slot, int wmn, int lane,
+                                                 const hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   float4 *dst = hm_partial_slot<C>(p, slot, wmn, lane);
   const float *a = &acc[0][0][0][0];
 #pragma unroll
   for (int q = 0; q < T::acc_regs / 4; ++q)
-    if (hm_partial_live<C>(c_row, wmn / C::warps_n, q, lane))
-      __stcg(dst + q * 32, make_float4(a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]));
+    __stcg(dst + q * 32, make_float4(a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]));
 }
 
-// Adds a contributor's partial where it holds output rows (the rest is never stored).
 template <class C>
-__device__ __forceinline__ void hm_partial_add(const hm_gemm_params &p, int slot, const int *c_row, int wmn,
-                                               int lane, hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_partial_add(const hm_gemm_params &p, int slot, int wmn, int lane, hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   const float4 *src = hm_partial_slot<C>(p, slot, wmn, lane);
   float *a = &acc[0][0][0][0];
 #pragma unroll
   for (int q = 0; q < T::acc_regs / 4; ++q) {
-    if (!hm_partial_live<C>(c_row, wmn / C::warps_n, q, lane)) continue;
     const float4 v = __ldcg(src + q * 32);
     a[4 * q] += v.x, a[4 * q + 1] += v.y, a[4 * q + 2] += v.z, a[4 * q + 3] += v.w;
   }

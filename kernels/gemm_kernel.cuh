@@ -49,7 +49,7 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   const int head = hm_sk_owner(first_it, iters, ctas);
   const int last = hm_sk_owner(first_it + T::k_iters - 1, iters, ctas);
   const int slot = 2 * cta + (hm_sk_begin(cta, iters, ctas) < first_it ? 1 : 0);
-  if (wk == 0) hm_partial_store<C>(p, slot, maps.c_row, wmn, lane, acc);
+  if (wk == 0) hm_partial_store<C>(p, slot, wmn, lane, acc);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -63,8 +63,7 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   __threadfence();
   hm_acc_zero<C>(acc);
   for (int c = head; c <= last; ++c)
-    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), maps.c_row, wmn, lane,
-                      acc);
+    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), wmn, lane, acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 

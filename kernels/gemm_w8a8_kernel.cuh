@@ -247,10 +247,13 @@ __device__ __forceinline__ void hm_w8_load_a_frags(unsigned a_base, int wm, int 
   }
 }
 
-// The warp's k32 steps of one stage into its partial sums.
-template <class C>
-__device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
-                                                    hm_w8_part_t<C> &part) {
+// The warp's k32 steps of one stage: per step the activation fragments, per unit its words,
+// per MMA block and m block the weight fragments, handed to the caller's body. unit(u, us)
+// runs once per unit (us: its index among the stage's unit steps) and returns the body
+// block(u, j, m, af, wf), so that per-unit values (mxfp4 scales) load once.
+template <class C, class Unit>
+__device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
+                                                 Unit &&unit) {
   using T = hm_w8_traits<C>;
   const unsigned a_base = hm_smem_addr(st);
 #pragma unroll
@@ -263,17 +266,30 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
       // Word 2j: k 4t..4t+3 of column j*8+g; word 2j+1: k 16+4t.. (transform_w8.cuh); 4-bit
       // units hold both in word j (transform_w4a8.cuh).
       constexpr int words = C::w4 ? 8 : 16;
+      const int us = (wn * T::nu + u) * T::steps + s;
       hm_u32 w[words];
-      hm_load_lane_words<words>(w, st + T::b_off + ((wn * T::nu + u) * T::steps + s) * T::unit_bytes, lane);
+      hm_load_lane_words<words>(w, st + T::b_off + us * T::unit_bytes, lane);
+      auto block = unit(us);
 #pragma unroll
       for (int j = 0; j < T::blocks; ++j) {
         hm_u32 wf[4];
         hm_w8_weight_frags<C>(w, j, wf);
 #pragma unroll
-        for (int m = 0; m < T::mi; ++m) hm_w8_mma_add<C>(part[u][m][j], af[m], wf);
+        for (int m = 0; m < T::mi; ++m) block(u, j, m, af[m], wf);
       }
     }
   }
+}
+
+// The warp's k32 steps of one stage into its partial sums.
+template <class C>
+__device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
+                                                    hm_w8_part_t<C> &part) {
+  hm_w8_walk_stage<C>(st, wm, wn, wk, lane, [&](int) {
+    return [&](int u, int j, int m, const hm_u32(&af)[4], const hm_u32(&wf)[4]) {
+      hm_w8_mma_add<C>(part[u][m][j], af, wf);
+    };
+  });
 }
 
 // mxfp4: the 16 scale bytes of a unit and k32 step that a lane loads. Bytes 16t' + 2j + i
@@ -305,37 +321,20 @@ template <class C>
 __device__ __forceinline__ void hm_w4_mx_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
                                                const float (&ra)[hm_w8_traits<C>::mi][2], hm_acc_t<C> &acc) {
   using T = hm_w8_traits<C>;
-  const unsigned a_base = hm_smem_addr(st);
+  hm_w8_walk_stage<C>(st, wm, wn, wk, lane, [&](int us) {
+    const uint4 sc = hm_w4_mx_load_scales<C>(st + T::s_off + us * T::mx_unit_bytes, lane);
+    return [&, sc](int u, int j, int m, const hm_u32(&af)[4], const hm_u32(&wf)[4]) {
+      float s2[2];
+      hm_w4_mx_col_scales<C>(sc, j, lane, s2);
+      float d[4];
+      hm_w8_mma_fresh<C>(d, af, wf);
 #pragma unroll
-  for (int ss = 0; ss < T::wk_steps; ++ss) {
-    const int s = wk * T::wk_steps + ss;
-    hm_u32 af[T::mi][4];
-    hm_w8_load_a_frags<C>(a_base, wm, s, lane, af);
-#pragma unroll
-    for (int u = 0; u < T::nu; ++u) {
-      const int us = (wn * T::nu + u) * T::steps + s;
-      hm_u32 w[8];
-      hm_load_lane_words<8>(w, st + T::b_off + us * T::unit_bytes, lane);
-      const uint4 sc = hm_w4_mx_load_scales<C>(st + T::s_off + us * T::mx_unit_bytes, lane);
-#pragma unroll
-      for (int j = 0; j < T::blocks; ++j) {
-        hm_u32 wf[4];
-        hm_w8_weight_frags<C>(w, j, wf);
-        float s2[2];
-        hm_w4_mx_col_scales<C>(sc, j, lane, s2);
-#pragma unroll
-        for (int m = 0; m < T::mi; ++m) {
-          float d[4];
-          hm_w8_mma_fresh<C>(d, af[m], wf);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float s = s2[hm_w8_col_half<C>(c)];
-            acc[u][m][j][c] += d[c] * (C::a_group ? s * ra[m][hm_w8_row_half<C>(c)] : s);
-          }
-        }
+      for (int c = 0; c < 4; ++c) {
+        const float s = s2[hm_w8_col_half<C>(c)];
+        acc[u][m][j][c] += d[c] * (C::a_group ? s * ra[m][hm_w8_row_half<C>(c)] : s);
       }
-    }
-  }
+    };
+  });
 }
 
 // The scale of A row r of the tile for K block kb (0 for rows the tile does not have).

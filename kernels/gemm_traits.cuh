@@ -14,29 +14,21 @@
 
 enum { HM_GT_DENSE = 0, HM_GT_INDEXED = 1, HM_GT_CONTIGUOUS = 2, HM_GT_MASKED = 3 };
 
-template <class C>
-struct hm_gemm_traits {
-  static constexpr bool bf16 = C::act_bf16;
+// Bytes of the row maps behind a kernel's shared region: a_row, c_row and row_scale of ROWS
+// rows, the last-contributor flag, and the per-expert tile prefixes of the grouped types
+// that count their tiles from the experts' rows.
+template <class C, int ROWS>
+constexpr int hm_maps_bytes =
+    3 * ROWS * 4 + 4 + ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
+
+// The weight-only kernels' tile counts and pipeline stage: the activation tile, weight
+// units, scales and zero points, padded to ALIGN bytes (128; 1024 for the wgmma kernel, the
+// repeat of its 128-byte swizzle).
+template <class C, int ALIGN>
+struct hm_wo_stage {
   static constexpr bool quant = C::bits < 16;
-  static constexpr int warps_mn = C::warps_m * C::warps_n;
-  static constexpr int threads = 32 * warps_mn * C::warps_k;
-  static constexpr bool swap_ab = C::bm == 8;
-  static constexpr int map_rows = swap_ab ? 16 : C::bm;  // rows of the row maps and accumulators
-  // Swapped tiles MMA on the magic-biased codes and apply zero point and scale to f32
-  // sums once per scale group (gemm_swap.cuh), unless the codes overflow the mantissa.
-  static constexpr bool late_scale = swap_ab && quant && !hm_dq<bf16, C::bits>::via_f32;
-  static constexpr int wtm = C::bm / C::warps_m;  // warp tile rows
-  static constexpr int wtn = C::bn / C::warps_n;  // warp tile columns
-  static constexpr int mi = swap_ab ? 1 : wtm / 16;
-  static constexpr int nu = wtn / 64;
   static constexpr int bn_units = C::bn / 64;
   static constexpr int steps = C::bk / 16;
-  static constexpr int wk_steps = steps / C::warps_k;
-  // Late scale: the k16 steps a warp sums on biased codes before it folds them
-  // (gemm_swap.cuh), its steps within one scale group; at most 4 with f16, whose bias
-  // 1024 + z cancels 8x more of the f32 sums than bf16's 128 + z.
-  static constexpr int group_steps = (C::group == 0 || C::group >= wk_steps * 16) ? wk_steps : C::group / 16;
-  static constexpr int late_run = (!bf16 && group_steps > 4) ? 4 : group_steps;
 
   static constexpr int n_units = (C::n + 63) / 64;
   static constexpr int k16 = (C::k + 15) / 16;
@@ -53,32 +45,54 @@ struct hm_gemm_traits {
   static constexpr int b_off = a_bytes;
   static constexpr int s_off = b_off + b_bytes;
   static constexpr int z_off = s_off + s_bytes;
-  static constexpr int stage_bytes = (z_off + z_bytes + 127) / 128 * 128;
+  static constexpr int stage_bytes = (z_off + z_bytes + ALIGN - 1) / ALIGN * ALIGN;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
-  // Accumulators of one thread and the cross-warp K reduction, which reuses the pipeline.
-  static constexpr int acc_regs = mi * nu * 32;
-  static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
-  // After the pipeline: a_row[map_rows], c_row[map_rows], row_scale[map_rows], flag, prefix[experts].
-  static constexpr int smem_bytes = (pipe_bytes > red_bytes ? pipe_bytes : red_bytes) + 3 * map_rows * 4 + 4 +
-                                    ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED)
-                                         ? C::experts * 4
-                                         : 0);
-  static constexpr int pipe_or_red = pipe_bytes > red_bytes ? pipe_bytes : red_bytes;
 
   // The scale group (within a stage) of k16 step s.
   __device__ static __forceinline__ int step_group(int s) {
     return (C::group == 0 || C::group >= C::bk) ? 0 : (s * 16) / C::group;
   }
 
+  static_assert(C::group == 0 || (C::group % 16 == 0 && (C::group % C::bk == 0 || C::bk % C::group == 0)),
+                "group must be a multiple of 16 that divides or is divided by bk");
+};
+
+template <class C>
+struct hm_gemm_traits : hm_wo_stage<C, 128> {
+  using S = hm_wo_stage<C, 128>;
+  static constexpr bool bf16 = C::act_bf16;
+  static constexpr int warps_mn = C::warps_m * C::warps_n;
+  static constexpr int threads = 32 * warps_mn * C::warps_k;
+  static constexpr bool swap_ab = C::bm == 8;
+  static constexpr int map_rows = swap_ab ? 16 : C::bm;  // rows of the row maps and accumulators
+  // Swapped tiles MMA on the magic-biased codes and apply zero point and scale to f32
+  // sums once per scale group (gemm_swap.cuh), unless the codes overflow the mantissa.
+  static constexpr bool late_scale = swap_ab && S::quant && !hm_dq<bf16, C::bits>::via_f32;
+  static constexpr int wtm = C::bm / C::warps_m;  // warp tile rows
+  static constexpr int wtn = C::bn / C::warps_n;  // warp tile columns
+  static constexpr int mi = swap_ab ? 1 : wtm / 16;
+  static constexpr int nu = wtn / 64;
+  static constexpr int wk_steps = S::steps / C::warps_k;
+  // Late scale: the k16 steps a warp sums on biased codes before it folds them
+  // (gemm_swap.cuh), its steps within one scale group; at most 4 with f16, whose bias
+  // 1024 + z cancels 8x more of the f32 sums than bf16's 128 + z.
+  static constexpr int group_steps = (C::group == 0 || C::group >= wk_steps * 16) ? wk_steps : C::group / 16;
+  static constexpr int late_run = (!bf16 && group_steps > 4) ? 4 : group_steps;
+
+  // Accumulators of one thread and the cross-warp K reduction, which reuses the pipeline.
+  static constexpr int acc_regs = mi * nu * 32;
+  static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
+  static constexpr int pipe_or_red = S::pipe_bytes > red_bytes ? S::pipe_bytes : red_bytes;
+  // After the pipeline: a_row[map_rows], c_row[map_rows], row_scale[map_rows], flag, prefix[experts].
+  static constexpr int smem_bytes = pipe_or_red + hm_maps_bytes<C, map_rows>;
+
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");
   static_assert(C::bn % (64 * C::warps_n) == 0, "bn must split into 64-column warp tiles");
   static_assert(C::bk == 64 || C::bk == 128 || C::bk == 256, "bk must be 64, 128 or 256");
-  static_assert(steps % C::warps_k == 0, "warps_k must divide bk/16");
+  static_assert(S::steps % C::warps_k == 0, "warps_k must divide bk/16");
   static_assert(C::stages >= 2, "at least two stages");
   static_assert(map_rows <= threads, "one thread per map row fills the row maps");
-  static_assert(C::group == 0 || (C::group % 16 == 0 && (C::group % C::bk == 0 || C::bk % C::group == 0)),
-                "group must be a multiple of 16 that divides or is divided by bk");
 };
 
 // One thread's accumulators: [weight unit][m16 block][n8 block][c0..c3].

@@ -62,9 +62,7 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int stage_bytes = (s_off + s_bytes + 127) / 128 * 128;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   static constexpr int pipe_or_red = pipe_bytes > G::red_bytes ? pipe_bytes : G::red_bytes;
-  static constexpr int smem_bytes =
-      pipe_or_red + 3 * G::map_rows * 4 + 4 +
-      ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
+  static constexpr int smem_bytes = pipe_or_red + hm_maps_bytes<C, G::map_rows>;
   static constexpr bool k_scaled = C::w_block || C::a_group;  // scales that change along K
   static constexpr int k_blocks = (C::k + 127) / 128;         // 1x128 scales a row, block scales a column
   // MMA blocks a unit: 8 n8 blocks, or (swapped) 4 m16 blocks of 16 weight columns.

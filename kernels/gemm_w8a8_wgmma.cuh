@@ -42,9 +42,7 @@ struct hm_w8wg_traits : hm_wg_traits<C> {
   static constexpr int stage_bytes = (sa_off + sa_bytes + 1023) / 1024 * 1024;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   static constexpr int region_bytes = pipe_bytes > G::c_bytes ? pipe_bytes : G::c_bytes;
-  static constexpr int smem_bytes =
-      1024 + region_bytes + 3 * C::bm * 4 + 4 +
-      ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
+  static constexpr int smem_bytes = 1024 + region_bytes + hm_maps_bytes<C, C::bm>;
 
   static_assert(C::bk == 128, "one 128-byte swizzle row of tokens a stage, one K scale block");
   static_assert((k16 + steps - 1) / steps == G::k_iters, "the schedule counts k-tiles as the kernel does");

@@ -10,10 +10,12 @@
 
 #include "gemm_traits.cuh"
 
+// A stage (hm_wo_stage) holds the activation tile as bk/64 sub-tiles of bm rows x 128
+// bytes, each 1024-byte aligned, then weight units, scales and zero points.
 template <class C>
-struct hm_wg_traits {
+struct hm_wg_traits : hm_wo_stage<C, 1024> {
+  using S = hm_wo_stage<C, 1024>;
   static constexpr bool bf16 = C::act_bf16;
-  static constexpr bool quant = C::bits < 16;
   static constexpr int threads = 32 * C::warps_m * C::warps_n;
   static constexpr int wg_m = C::warps_m;      // warpgroups along tokens
   static constexpr int wg_n = C::warps_n / 4;  // warpgroups along columns
@@ -21,46 +23,18 @@ struct hm_wg_traits {
   static constexpr int wtn = C::bn / wg_n;     // columns of a warpgroup
   static constexpr int mb = wtn / 64;          // 64-column wgmma M blocks (weight units) of a warpgroup
   static constexpr int acc_regs = mb * wtm / 2;
-  static constexpr int bn_units = C::bn / 64;
-  static constexpr int steps = C::bk / 16;
-  static constexpr int map_rows = C::bm;      // rows of the row maps
-
-  static constexpr int n_units = (C::n + 63) / 64;
-  static constexpr int k16 = (C::k + 15) / 16;
-  static constexpr int n_tiles = (n_units + bn_units - 1) / bn_units;
-  static constexpr int k_iters = (k16 + steps - 1) / steps;
-  static constexpr int groups = !quant ? 0 : (C::group ? C::k / C::group : 1);
-  static constexpr int stage_groups = (C::group == 0 || C::group >= C::bk) ? 1 : C::bk / C::group;
-  static constexpr int unit_bytes = 128 * C::bits;
-
-  // A stage: the activation tile as bk/64 sub-tiles of bm rows x 128 bytes (each
-  // 1024-byte aligned), weight units, scales, zero points.
-  static constexpr int a_bytes = C::bm * C::bk * 2;
-  static constexpr int b_bytes = bn_units * steps * unit_bytes;
-  static constexpr int s_bytes = quant ? stage_groups * bn_units * 128 : 0;
-  static constexpr int z_bytes = (quant && C::zero_point) ? stage_groups * bn_units * 64 : 0;
-  static constexpr int b_off = a_bytes;
-  static constexpr int s_off = b_off + b_bytes;
-  static constexpr int z_off = s_off + s_bytes;
-  static constexpr int stage_bytes = (z_off + z_bytes + 1023) / 1024 * 1024;
-  static constexpr int pipe_bytes = stage_bytes * C::stages;
+  static constexpr int map_rows = C::bm;       // rows of the row maps
   // The output tile in f32, staged for coalesced stores; reuses the drained pipeline.
   // A row pitch of 2 (mod 32) words keeps the paired 8-byte stores conflict-free.
   static constexpr int c_pitch = C::bn * 4 + 8;
   static constexpr int c_bytes = C::bm * c_pitch;
-  static constexpr int region_bytes = pipe_bytes > c_bytes ? pipe_bytes : c_bytes;
+  static constexpr int region_bytes = S::pipe_bytes > c_bytes ? S::pipe_bytes : c_bytes;
   // Slack to align the dynamic shared memory to 1024 bytes (the swizzle repeat), then
   // the region, then a_row[bm], c_row[bm], row_scale[bm], flag, prefix[experts].
-  static constexpr int smem_bytes =
-      1024 + region_bytes + 3 * C::bm * 4 + 4 +
-      ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
+  static constexpr int smem_bytes = 1024 + region_bytes + hm_maps_bytes<C, C::bm>;
   // A fragments in registers: a ring of two k16 steps, so that one step's wgmmas run
   // while the next step's weights are dequantized.
   static constexpr int af_ring = 2;
-
-  __device__ static __forceinline__ int step_group(int s) {
-    return (C::group == 0 || C::group >= C::bk) ? 0 : (s * 16) / C::group;
-  }
 
   static_assert(C::bits == 4 || C::bits == 8 || C::bits == 16,
                 "the wgmma kernel takes 4-, 8- or 16-bit weights");
@@ -68,11 +42,9 @@ struct hm_wg_traits {
   static_assert(C::bn % (64 * wg_n) == 0, "a warpgroup takes whole 64-column blocks");
   static_assert(C::bm % wg_m == 0 && wtm % 32 == 0 && wtm >= 32 && wtm <= 256, "wgmma N is 32..256, step 32");
   static_assert(acc_regs <= 128, "at most 128 accumulators per thread");
-  static_assert(C::bk % 64 == 0 && steps % af_ring == 0, "bk is a multiple of 64");
+  static_assert(C::bk % 64 == 0 && S::steps % af_ring == 0, "bk is a multiple of 64");
   static_assert(C::stages >= 3, "wgmma may still read the stage before the one computed while a third loads");
   static_assert(C::bm <= threads, "one thread per tile row fills the row maps");
-  static_assert(C::group == 0 || (C::group % 16 == 0 && (C::group % C::bk == 0 || C::bk % C::group == 0)),
-                "group must be a multiple of 16 that divides or is divided by bk");
 };
 
 // One thread's accumulators: [64-column block][wgmma D fragment].

@@ -36,9 +36,8 @@ struct hm_ws_layout {
   static constexpr int bar_count = 2 * C::stages + 4;
   static constexpr int maps_off = bar_off + bar_count * 8;
   static constexpr int maps_bytes = 3 * C::bm * 4;
-  static constexpr int smem_bytes =
-      1024 + maps_off + 2 * maps_bytes + 4 +
-      ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
+  // Two map sets of bm rows take the bytes of one of 2 bm rows.
+  static constexpr int smem_bytes = 1024 + maps_off + hm_maps_bytes<C, 2 * C::bm>;
 
   static_assert(C::ws, "the warp-specialized kernel of a config that asks for it");
   static_assert(hm_wg_traits<C>::threads == 256,

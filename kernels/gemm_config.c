@@ -210,12 +210,18 @@ size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
   if (quant) stage += stage_groups * bn_units * 128;
   if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
   stage = (stage + 127) / 128 * 128;
-  const size_t pipe = stage * (size_t)t->stages;
+  const size_t pipe = stage * (size_t)t->stages, red = hm_gemm_red_bytes(t);
+  return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, (size_t)hm_gemm_acc_rows(t));
+}
+
+size_t hm_gemm_red_bytes(const hm_gemm_tuning *t) {
   const size_t warps_mn = (size_t)t->warps_m * t->warps_n;
-  const size_t acc_rows = (size_t)hm_gemm_acc_rows(t);
-  const size_t acc_regs = acc_rows / (size_t)t->warps_m / 16 * (size_t)(t->bn / t->warps_n / 64) * 32;
-  const size_t red = (size_t)(t->warps_k - 1) * warps_mn * 32 * acc_regs * 4;
+  const size_t acc_regs = (size_t)hm_gemm_acc_rows(t) / t->warps_m / 16 * (size_t)(t->bn / t->warps_n / 64) * 32;
+  return (size_t)(t->warps_k - 1) * warps_mn * 32 * acc_regs * 4;
+}
+
+size_t hm_gemm_maps_bytes(const hm_gemm_config *cfg, size_t rows) {
   const bool grouped =
       cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
-  return (pipe > red ? pipe : red) + 3 * acc_rows * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+  return 3 * rows * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
 }

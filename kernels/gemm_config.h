@@ -78,6 +78,12 @@ int hm_gemm_config_threads(const hm_gemm_config *cfg);
 /* Rows of a tile's row maps and accumulators: 16 for the swapped 8-row tile, else bm. */
 int hm_gemm_acc_rows(const hm_gemm_tuning *t);
 size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg);
+/* The bytes the mma.sync kernels (weight-only and W8A8) reduce across warps_k through shared
+ * memory, and those of the row maps behind a kernel's shared region (hm_maps_bytes): a_row,
+ * c_row and row_scale of `rows` rows, a flag, and a tile prefix per expert for contiguous
+ * and masked launches. */
+size_t hm_gemm_red_bytes(const hm_gemm_tuning *t);
+size_t hm_gemm_maps_bytes(const hm_gemm_config *cfg, size_t rows);
 /* Bits per weight code: 1..8, or 16 for unquantized weights. */
 int hm_gemm_weight_bits(hm_dtype weight);
 /* Largest dynamic shared memory per block of an arch, 0 if unknown. */

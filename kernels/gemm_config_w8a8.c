@@ -220,13 +220,8 @@ size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {
   size_t stage =
       (size_t)t->bm * t->bk + bn_units * steps * (unit_bytes(&cfg->layer) + mx_unit_bytes(&cfg->layer));
   stage = (stage + 127) / 128 * 128;
-  const size_t pipe = stage * (size_t)t->stages;
-  const size_t acc_rows = (size_t)hm_gemm_acc_rows(t);
-  const size_t acc_regs = acc_rows / (size_t)t->warps_m / 16 * (size_t)(t->bn / t->warps_n / 64) * 32;
-  const size_t red = (size_t)(t->warps_k - 1) * t->warps_m * t->warps_n * 32 * acc_regs * 4;
-  const bool grouped =
-      cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
-  return (pipe > red ? pipe : red) + 3 * acc_rows * 4 + 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0);
+  const size_t pipe = stage * (size_t)t->stages, red = hm_gemm_red_bytes(t);
+  return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, (size_t)hm_gemm_acc_rows(t));
 }
 
 void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {

@@ -90,14 +90,10 @@ size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
   const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);
   /* The weight-only warp-specialized kernel stages its tile in the output type (hm_wg_c_out). */
   const size_t staged_out = (size_t)t->bm * ((size_t)t->bn * 2 + 4);
-  const bool grouped =
-      cfg->compute.type == HM_GEMM_GROUPED_CONTIGUOUS || cfg->compute.type == HM_GEMM_GROUPED_MASKED;
-  const size_t tail = 4 + (grouped ? (size_t)cfg->layer.experts * 4 : 0); /* flag, prefix */
-  const size_t maps = 3 * (size_t)t->bm * 4;
   /* Warp-specialized: the staged C tile beside the stages, barriers (full and empty a
-   * stage, two a map set), two map sets. */
+   * stage, two a map set), two map sets (the bytes of one of 2 bm rows). */
   if (t->ws)
     return 1024 + pipe + (hm_gemm_is_w8a8(&cfg->layer) ? staged_c : staged_out) +
-           (2 * (size_t)t->stages + 4) * 8 + 2 * maps + tail;
-  return 1024 + (pipe > staged_c ? pipe : staged_c) + maps + tail;
+           (2 * (size_t)t->stages + 4) * 8 + hm_gemm_maps_bytes(cfg, 2 * (size_t)t->bm);
+  return 1024 + (pipe > staged_c ? pipe : staged_c) + hm_gemm_maps_bytes(cfg, (size_t)t->bm);
 }

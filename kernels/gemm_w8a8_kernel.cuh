@@ -179,9 +179,10 @@ __device__ __forceinline__ void hm_w8_weight_frags(const hm_u32 (&w)[WORDS], int
 }
 
 // c += the MMA of activation fragments af and weight fragments wf: tokens as A, or, swapped,
-// weights as A and tokens as B (c then holds C^T). Acc picks the instruction (hm_mma8.cuh).
-template <class C, class Acc>
-__device__ __forceinline__ void hm_w8_mma(Acc (&c)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4]) {
+// weights as A and tokens as B (c then holds C^T). c picks the instruction (hm_mma8.cuh):
+// f32 or s32 sums, or two f16x2 words.
+template <class C, class Acc, int N>
+__device__ __forceinline__ void hm_w8_mma(Acc (&c)[N], const hm_u32 (&af)[4], const hm_u32 (&wf)[4]) {
   if constexpr (hm_gemm_traits<C>::swap_ab)
     hm_mma_16832(c, wf, af[0], af[1]);
   else
@@ -193,10 +194,7 @@ template <class C>
 __device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4]) {
   if constexpr (C::acc16) {
     hm_u32 h[2] = {0u, 0u};
-    if constexpr (hm_gemm_traits<C>::swap_ab)
-      hm_mma_16832_f16(h, wf, af[0], af[1]);
-    else
-      hm_mma_16832_f16(h, af, wf[0], wf[1]);
+    hm_w8_mma<C>(h, af, wf);
 #pragma unroll
     for (int c = 0; c < 4; ++c) d[c] = hm_h_to_f32<false>(h[c >> 1] >> (16 * (c & 1)));
   } else {

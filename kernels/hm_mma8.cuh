@@ -38,9 +38,9 @@ __device__ __forceinline__ void hm_mma_16832(Acc (&c)[4], const hm_u32 (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// fp8 e4m3 x e4m3 with f16 accumulators (sm_89+): on GeForce Ada twice the f32 form's rate,
-// on data-center Ada and Hopper the same rate.
-__device__ __forceinline__ void hm_mma_16832_f16(hm_u32 (&c)[2], const hm_u32 (&a)[4], hm_u32 b0, hm_u32 b1) {
+// fp8 e4m3 x e4m3 with f16 accumulators, two f16x2 words (sm_89+): on GeForce Ada twice the
+// f32 form's rate, on data-center Ada and Hopper the same rate.
+__device__ __forceinline__ void hm_mma_16832(hm_u32 (&c)[2], const hm_u32 (&a)[4], hm_u32 b0, hm_u32 b1) {
   asm("mma.sync.aligned.m16n8k32.row.col.f16.e4m3.e4m3.f16 {%0, %1}, "
       "{%2, %3, %4, %5}, {%6, %7}, {%0, %1};\n"
       : "+r"(c[0]), "+r"(c[1])

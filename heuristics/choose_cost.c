@@ -81,37 +81,21 @@ static double warp_tile_efficiency(const hm_gemm_tuning *t) {
 }
 
 /* How the kernel would share ceil(tiles) tiles on its grid (kernels/hm_sk_split.cuh):
- * data-parallel tiles, and the CTAs that split the rest (0 where none is left). */
+ * data-parallel waves, then CTAs that split the rest. What the cost needs of it: the
+ * k-iterations the busiest CTA runs, and whether some CTA's range ends inside a tile, so
+ * that partials are published and summed. */
 typedef struct sk_split {
-  int tiles, dp_tiles, sk_ctas;
+  double makespan_iters;
+  bool fixup;
 } sk_split;
 
 static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
   const int grid = sm_count * t->ctas_per_sm;
-  sk_split s = {(int)ceil(tiles), 0, 0};
-  s.dp_tiles = hm_sk_dp_tiles(s.tiles, grid, t->stream_k);
-  if (s.tiles > s.dp_tiles) s.sk_ctas = hm_sk_ctas(s.tiles - s.dp_tiles, (int)k_iters, grid, t->sk_min_iters);
-  return s;
-}
-
-/* The k-iterations the busiest CTA runs. */
-static double makespan_iters(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
-  const double ctas = (double)sm_count * t->ctas_per_sm;
-  const sk_split s = split_of(t, tiles, k_iters, sm_count);
-  const double waves = ceil(s.dp_tiles / ctas) * k_iters;
-  return s.sk_ctas ? waves + ceil((s.tiles - s.dp_tiles) * k_iters / s.sk_ctas) : waves;
-}
-
-/* Whether some CTA's range ends inside a tile, so that partials are published and summed. */
-static bool has_fixup(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
-  const sk_split s = split_of(t, tiles, k_iters, sm_count);
-  return s.sk_ctas != 0 && s.sk_ctas != s.tiles - s.dp_tiles;
-}
-
-/* Average CTAs at work: total k-iterations over (makespan in k-iterations x CTAs launched). */
-static double busy_ctas(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
-  const double ctas = (double)sm_count * t->ctas_per_sm;
-  return fmin(ctas, tiles * k_iters / makespan_iters(t, tiles, k_iters, sm_count));
+  const int all = (int)ceil(tiles), dp = hm_sk_dp_tiles(all, grid, t->stream_k);
+  const double waves = ceil((double)dp / grid) * k_iters;
+  if (all == dp) return (sk_split){waves, false};
+  const int ctas = hm_sk_ctas(all - dp, (int)k_iters, grid, t->sk_min_iters);
+  return (sk_split){waves + ceil((all - dp) * k_iters / ctas), ctas != all - dp};
 }
 
 static double pipeline_bytes_in_flight(const hm_gemm_config *cfg) {
@@ -135,7 +119,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double m_tiles_per_expert = ceil((double)valid_m / experts / t->bm);
   const double n_tiles = (double)hm_gemm_n_tiles(cfg), k_iters = (double)hm_gemm_k_iters(cfg);
   const double tiles = experts * m_tiles_per_expert * n_tiles;
-  const double busy = busy_ctas(t, tiles, k_iters, p->sm_count);
+  const sk_split split = split_of(t, tiles, k_iters, p->sm_count);
+  /* Average CTAs at work: total k-iterations over (makespan x CTAs launched). */
+  const double busy = fmin((double)p->sm_count * t->ctas_per_sm, tiles * k_iters / split.makespan_iters);
 
   const double bw_bytes_us = p->mem_bw_gbs * 1e3;
   const double sm_cap_bytes_us = SM_BW_SHARE_MAX * bw_bytes_us / p->sm_count;
@@ -146,8 +132,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double reread_bytes = r.weight_bytes * (m_tiles_per_expert - 1) + r.act_bytes * (n_tiles - 1);
   const double per_expert = experts > 0 ? r.weight_bytes / experts : 0;
   const double reread_rate = per_expert + r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
-  const bool fixup = has_fixup(t, tiles, k_iters, p->sm_count);
-  const double fixup_bytes = fixup ? 2.0 * p->sm_count * t->ctas_per_sm * hm_gemm_acc_rows(t) * t->bn * 4 : 0;
+  const double fixup_bytes = split.fixup ? 2.0 * p->sm_count * t->ctas_per_sm * hm_gemm_acc_rows(t) * t->bn * 4 : 0;
   out->mem_us = (dram_bytes + (reread_bytes / reread_rate + fixup_bytes / L2_BW_FACTOR)) / stream_bytes_us;
 
   const double padded_flops = 2.0 * experts * m_tiles_per_expert * t->bm * n_tiles * t->bn * k_iters * t->bk;
@@ -171,7 +156,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const bool folds = t->mma == HM_MMA_WGMMA && hm_gemm_is_w8a8(&cfg->layer);
   const double per_iter_us =
       K_ITER_US + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
-  const double iter_us = per_iter_us * makespan_iters(t, tiles, k_iters, p->sm_count) * t->ctas_per_sm;
-  out->predicted_us = LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (fixup ? SK_FIXUP_US : 0.0);
+  const double iter_us = per_iter_us * split.makespan_iters * t->ctas_per_sm;
+  out->predicted_us = LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (split.fixup ? SK_FIXUP_US : 0.0);
   return HM_OK;
 }

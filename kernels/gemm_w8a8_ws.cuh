@@ -9,7 +9,7 @@
 #include "gemm_w8a8_wgmma.cuh"
 #include "gemm_ws_pipe.cuh"
 
-// The stage's weight units (lane 0): per unit column one contiguous run of k32 units
+// The stage's weight units (producer thread 0): per unit column one contiguous run of k32 units
 // (transform_w8.cuh orders them (E, N/64, K/32)), announced on the full barrier first.
 // Units past N or K are not copied; see hm_ws_run for the K tail.
 template <class C>
@@ -32,9 +32,9 @@ __device__ __forceinline__ void hm_w8ws_load_weights(const hm_gemm_params &p, co
 // With 1x128 activation scales, each token row's scale of the stage.
 template <class C>
 __device__ __forceinline__ void hm_w8ws_load_token_scales(const hm_gemm_params &p, int kt, unsigned char *st,
-                                                          const int *a_row, int lane) {
+                                                          const int *a_row, int pt) {
   using T = hm_w8wg_traits<C>;
-  for (int r = lane; r < C::bm; r += 32) {
+  for (int r = pt; r < C::bm; r += hm_ws_producers) {
     const int row = a_row[r];
     const float *src = p.a_scale + (row < 0 ? 0 : (long long)row * T::k_blocks + kt);
     hm_cp_async4(st + T::sa_off + r * 4, src, row >= 0);
@@ -94,10 +94,10 @@ struct hm_w8ws_traits : hm_w8wg_traits<C> {
 
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                     unsigned char *st, unsigned long long *full,
-                                                    const int *a_row, int lane) {
-    if (lane == 0) hm_w8ws_load_weights<C>(p, tile, kt, st, full);
-    hm_ws_load_rows<C, 1>(p, kt, st, a_row, lane);
-    if constexpr (C::a_group) hm_w8ws_load_token_scales<C>(p, kt, st, a_row, lane);
+                                                    const int *a_row, int pt) {
+    if (pt == 0) hm_w8ws_load_weights<C>(p, tile, kt, st, full);
+    hm_ws_load_rows<C, 1>(p, kt, st, a_row, pt);
+    if constexpr (C::a_group) hm_w8ws_load_token_scales<C>(p, kt, st, a_row, pt);
   }
   __device__ static __forceinline__ void mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                   int ke, const hm_ws_ring &ring, unsigned &n,

@@ -1,25 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
 // The warp-specialized pipeline of the wgmma kernels (sm_90a), whatever a stage holds. A
-// third warpgroup produces: one of its warps fills the row maps of each segment and copies
-// each stage (bulk copies for what is contiguous in global memory, cp.async for gathered
-// token rows); the two consumer warpgroups only wait for full stages, compute, and hand
-// stages back. Nothing but the barriers ties the roles, so the producer runs ahead across
+// third warpgroup produces: its four warps fill the row maps of each segment and copy each
+// stage (bulk copies for what is contiguous in global memory, cp.async for gathered token
+// rows); the two consumer warpgroups only wait for full stages, compute, and hand stages
+// back. Nothing but the barriers ties the roles, so the producer runs ahead across
 // segments while the consumers compute and store.
 //
-// Per stage slot a "full" barrier (the producer lane 0's expect_tx arrival, the bulk bytes,
-// one cp.async arrival per producer lane) and an "empty" one (an arrival per consumer warp
+// All four producer warps copy token rows because one warp cannot issue them fast enough:
+// at bm 128 x bk 128 bf16 a stage is 2048 16-byte copies, ~20 instructions each with its
+// address, so ~1300 dependent instructions on one warp against the ~2800 cycles in which
+// the consumers' wgmmas finish the stage at cuBLAS's rate (fp8: half of that).
+//
+// Per stage slot a "full" barrier (thread 0's expect_tx arrival, the bulk bytes, one
+// cp.async arrival per producer thread) and an "empty" one (an arrival per consumer warp
 // once its wgmmas that read the slot are done). Per segment one of two row map sets, with
 // the same pair of barriers. Both sides count stages and segments from the start of the
 // kernel, so slot = count % depth and the phase parity is count / depth % 2.
 //
 // A kernel brings a policy K: its layout (hm_ws_layout), stage_bytes, and
-//   load_stage(p, tile, kt, st, full, a_row, lane)  the producer warp's copies of a stage
+//   load_stage(p, tile, kt, st, full, a_row, pt)  producer thread pt's copies of a stage
+//                                                  (pt 0 also issues the bulk copies)
 //   mainloop(p, tile, kb, ke, ring, n, a_row, at, acc)  a segment's k-tiles, stages n, n+1, ..
 //   store(p, tile, kb, ke, sk, c_stage, maps, at, acc)  the segment's output
 #pragma once
 
 #include "gemm_wgmma_kernel.cuh"
 #include "hm_mbarrier.cuh"
+
+constexpr int hm_ws_producers = 128;   // the producer warpgroup's threads
+constexpr int hm_ws_producer_bar = 2;  // their named barrier (1 is the consumers', hm_wg_sync)
 
 // Shared memory after a ring of PIPE_BYTES: the staged output tile (C_BYTES, its own,
 // since the producer fills stages of the next segment while the consumers store), the
@@ -74,14 +83,14 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_ws_maps(unsigned char *smem, int
 }
 
 // The stage's token rows (bk * EB bytes each, EB bytes an element; zero past K or for rows
-// without a token) into the swizzled tile (hm_wg_a_offset), by the producer warp's lanes.
+// without a token) into the swizzled tile (hm_wg_a_offset), by the producer threads.
 template <class C, int EB>
 __device__ __forceinline__ void hm_ws_load_rows(const hm_gemm_params &p, int kt, unsigned char *st,
-                                                const int *a_row, int lane) {
+                                                const int *a_row, int pt) {
   constexpr int per_row = C::bk * EB / 16;
   const unsigned char *a = (const unsigned char *)p.a;
 #pragma unroll 4
-  for (int i = lane; i < C::bm * per_row; i += 32) {
+  for (int i = pt; i < C::bm * per_row; i += hm_ws_producers) {
     const int r = i / per_row, ch = i % per_row;
     const int row = a_row[r];
     const int k = kt * C::bk + ch * (16 / EB);
@@ -90,28 +99,28 @@ __device__ __forceinline__ void hm_ws_load_rows(const hm_gemm_params &p, int kt,
   }
 }
 
-// The producer warp: per segment the row maps, then each k-tile's stage once its slot is
-// empty. Its lanes' cp.async arrivals and lane 0's bulk bytes complete the full barrier.
+// The producer threads (pt = 0..127): per segment the row maps, then each k-tile's stage
+// once its slot is empty. Their cp.async arrivals and pt 0's bulk bytes complete the full
+// barrier.
 template <class C, class K>
-__device__ void hm_ws_produce(const hm_gemm_params &p, int tiles, unsigned char *smem) {
+__device__ void hm_ws_produce(const hm_gemm_params &p, int tiles, unsigned char *smem, int pt) {
   using L = typename K::layout;
   const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
-  const int lane = threadIdx.x & 31;
   unsigned n = 0, seg = 0;
   hm_wg_walk<C>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
                 [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &) {
                   const int b = seg & 1;
                   const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
                   hm_mbar_wait(&ring.maps_empty[b], ((seg >> 1) & 1) ^ 1);
-                  for (int r = lane; r < C::bm; r += 32)
+                  for (int r = pt; r < C::bm; r += hm_ws_producers)
                     hm_tile_row<C>(p, tile, r, maps.a_row, maps.c_row, maps.row_scale);
-                  __syncwarp();
                   hm_mbar_arrive(&ring.maps_full[b]);
+                  hm_named_sync(hm_ws_producer_bar, hm_ws_producers);  // each thread copies all rows
                   for (int kt = kb; kt < ke; ++kt, ++n) {
                     const int slot = n % C::stages;
                     unsigned char *st = ring.stages + slot * K::stage_bytes;
                     hm_mbar_wait(&ring.empty[slot], ((n / C::stages) & 1) ^ 1);
-                    K::load_stage(p, tile, kt, st, &ring.full[slot], maps.a_row, lane);
+                    K::load_stage(p, tile, kt, st, &ring.full[slot], maps.a_row, pt);
                     hm_cp_async_arrive(&ring.full[slot]);
                   }
                   ++seg;
@@ -179,11 +188,11 @@ __device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
   }
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::stages; ++s) {
-      hm_mbar_init(&ring.full[s], 32 + 1);
+      hm_mbar_init(&ring.full[s], hm_ws_producers + 1);
       hm_mbar_init(&ring.empty[s], L::consumer_warps);
     }
     for (int b = 0; b < 2; ++b) {
-      hm_mbar_init(&ring.maps_full[b], 32);
+      hm_mbar_init(&ring.maps_full[b], hm_ws_producers);
       hm_mbar_init(&ring.maps_empty[b], 1);
     }
     hm_mbar_init_fence();
@@ -192,7 +201,7 @@ __device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
   const int tiles = hm_count_m_tiles<C>(p, hm_ws_maps<C, L>(smem, 0).prefix) * hm_wg_traits<C>::n_tiles;
   if (threadIdx.x >= hm_wg_traits<C>::threads) {
     hm_setmaxnreg_dec<L::producer_regs>();
-    if (threadIdx.x < hm_wg_traits<C>::threads + 32) hm_ws_produce<C, K>(p, tiles, smem);
+    hm_ws_produce<C, K>(p, tiles, smem, threadIdx.x - hm_wg_traits<C>::threads);
     return;
   }
   hm_setmaxnreg_inc<L::consumer_regs>();

@@ -15,7 +15,7 @@
 
 #include "gemm_ws_pipe.cuh"
 
-// The stage's weight units, scales and zero points (lane 0), announced on the full
+// The stage's weight units, scales and zero points (producer thread 0), announced on the full
 // barrier first. Unit columns past N, k16 steps past K and groups past the last are not
 // copied; see hm_ws_run for the K tail.
 template <class C>
@@ -75,9 +75,9 @@ struct hm_wgws_traits : hm_wg_traits<C> {
 
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                     unsigned char *st, unsigned long long *full,
-                                                    const int *a_row, int lane) {
-    if (lane == 0) hm_wgws_load_weights<C>(p, tile, kt, st, full);
-    hm_ws_load_rows<C, 2>(p, kt, st, a_row, lane);
+                                                    const int *a_row, int pt) {
+    if (pt == 0) hm_wgws_load_weights<C>(p, tile, kt, st, full);
+    hm_ws_load_rows<C, 2>(p, kt, st, a_row, pt);
   }
   __device__ static __forceinline__ void mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                   int ke, const hm_ws_ring &ring, unsigned &n,

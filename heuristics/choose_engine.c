@@ -14,7 +14,8 @@
 #include "log.h"
 #include "params.h"
 
-static const char *const source_names[HM_PLAN_SOURCE_COUNT] = {"auto", "heuristic", "tuned", "default"};
+static const char *const source_names[HM_PLAN_SOURCE_COUNT] = {"auto", "heuristic", "tuned", "default",
+                                                                 "pinned"};
 
 const char *hm_plan_source_name(hm_plan_source source) {
   return (unsigned)source < HM_PLAN_SOURCE_COUNT ? source_names[source] : "invalid";
@@ -23,19 +24,28 @@ const char *hm_plan_source_name(hm_plan_source source) {
 hm_status hm_plan_source_parse(const char *name, hm_plan_source *out) {
   HM_CHECK_NOT_NULL(name);
   HM_CHECK_NOT_NULL(out);
-  for (int i = 0; i < HM_PLAN_SOURCE_COUNT; i++)
+  /* "pinned" alone names no kernel: only a tuning's name pins one. */
+  for (int i = 0; i < HM_PLAN_PINNED; i++)
     if (strcmp(name, source_names[i]) == 0) {
       *out = (hm_plan_source)i;
       return HM_OK;
     }
-  HM_FAIL(HM_INVALID_ARGUMENT, "GEMM plan source '%s': expected auto, heuristic, tuned or default", name);
+  hm_gemm_tuning t;
+  if (strncmp(name, "bm", 2) == 0 && hm_gemm_tuning_parse(name, &t) == HM_OK) {
+    *out = HM_PLAN_PINNED;
+    return HM_OK;
+  }
+  HM_FAIL(HM_INVALID_ARGUMENT,
+          "GEMM plan source '%s': expected auto, heuristic, tuned, default or a kernel tuning such as "
+          "bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma",
+          name);
 }
 
 hm_status hm_plan_source_from_env(hm_plan_source *out) {
   HM_CHECK_NOT_NULL(out);
   const char *v = hm_param_gemm_plan();
   if (hm_plan_source_parse(v, out) != HM_OK)
-    HM_FAIL(HM_INVALID_ARGUMENT, "HUMMING_GEMM_PLAN=%s: expected auto, heuristic, tuned or default", v);
+    HM_FAIL(HM_INVALID_ARGUMENT, "HUMMING_GEMM_PLAN=%s: %s", v, hm_last_error());
   return HM_OK;
 }
 
@@ -139,6 +149,29 @@ static hm_status bucketed_plan(hm_engine *engine, const hm_layer_config *lc, hm_
   return HM_OK;
 }
 
+/* The one kernel HUMMING_GEMM_PLAN names, for every M, if it is legal for the layer on
+ * this device. */
+static hm_status pinned_plan(hm_engine *engine, const plan_ctx *c, hm_layer_plan *out) {
+  const char *name = hm_param_gemm_plan();
+  hm_gemm_tuning t;
+  if (hm_gemm_tuning_parse(name, &t) != HM_OK)
+    HM_FAIL(HM_INVALID_ARGUMENT, "pinned GEMM plan: HUMMING_GEMM_PLAN=%s names no kernel: %s", name,
+            hm_last_error());
+  hm_device_profile p;
+  HM_CHECK(hm_device_profile_for_engine(engine, &p));
+  p.arch = c->base.arch;
+  hm_gemm_config cfg = c->base;
+  cfg.tuning = t;
+  if (hm_gemm_config_check(&cfg) != HM_OK)
+    HM_FAIL(HM_INVALID_ARGUMENT, "pinned GEMM kernel %s for %s: %s", name, c->key, hm_last_error());
+  if (!hm_choose_tuning_legal(&c->base, &t, &p))
+    HM_FAIL(HM_INVALID_ARGUMENT, "pinned GEMM kernel %s for %s: not within %s's shared memory or registers",
+            name, c->key, p.name);
+  push(out, &c->base, INT64_MAX, &t, HM_PLAN_PINNED);
+  HM_WARN(GEMM, "kernel table of %s: pinned to %s for every M (HUMMING_GEMM_PLAN)", c->key, name);
+  return HM_OK;
+}
+
 hm_status hm_heuristics_layer_plan(hm_engine *engine, const hm_layer_config *lc, hm_gemm_type type, int arch,
                                    hm_plan_source source, hm_layer_plan *out) {
   HM_CHECK_NOT_NULL(engine);
@@ -157,6 +190,7 @@ hm_status hm_heuristics_layer_plan(hm_engine *engine, const hm_layer_config *lc,
     HM_INFO(GEMM, "kernel table of %s: default, %d kernels", c.key, out->plan.count);
     return HM_OK;
   }
+  if (source == HM_PLAN_PINNED) return pinned_plan(engine, &c, out);
   hm_status ret = bucketed_plan(engine, lc, source, &c, out);
   hm_tune_table_free(&c.table);
   if (ret == HM_OK)

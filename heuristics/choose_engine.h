@@ -15,13 +15,15 @@ typedef enum hm_plan_source {
   HM_PLAN_TUNED,     /* the tuning table's entries; a bucket without one takes the heuristic choice, with a
                         warning */
   HM_PLAN_DEFAULT,   /* hm_gemm_plan_make: the GEMM module's fixed tunings by rows-per-expert class */
+  HM_PLAN_PINNED,    /* one kernel for every M: the tuning HUMMING_GEMM_PLAN names (hm_gemm_tuning_name),
+                        for A/B measurements; a layer it is not legal for fails */
 } hm_plan_source;
 
-#define HM_PLAN_SOURCE_COUNT 4
+#define HM_PLAN_SOURCE_COUNT 5
 
-/* "auto", "heuristic", "tuned", "default". */
+/* "auto", "heuristic", "tuned", "default", "pinned". */
 const char *hm_plan_source_name(hm_plan_source source);
-/* The source of that name; HM_INVALID_ARGUMENT naming it otherwise. */
+/* The source of that name, or pinned for a tuning's name; HM_INVALID_ARGUMENT otherwise. */
 hm_status hm_plan_source_parse(const char *name, hm_plan_source *out);
 /* The source HUMMING_GEMM_PLAN asks for. */
 hm_status hm_plan_source_from_env(hm_plan_source *out);
@@ -29,7 +31,7 @@ hm_status hm_plan_source_from_env(hm_plan_source *out);
 /* A kernel table and where each of its entries came from. */
 typedef struct hm_layer_plan {
   hm_gemm_plan plan;
-  hm_plan_source source[HM_GEMM_PLAN_MAX]; /* HEURISTIC, TUNED or DEFAULT */
+  hm_plan_source source[HM_GEMM_PLAN_MAX]; /* HEURISTIC, TUNED, DEFAULT or PINNED */
   int tuned_buckets, heuristic_buckets;    /* of hm_choose_bucket_count(); both 0 for the default source */
 } hm_layer_plan;
 

@@ -72,6 +72,11 @@ const char *hm_gemm_type_tag(hm_gemm_type type);
  * what a tuning-table entry is keyed by, with the arch. */
 void hm_gemm_layer_key(const hm_gemm_config *cfg, char *buf, size_t len);
 void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len);
+/* The tuning as one token, bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma_ws (dp for data-parallel
+ * only); hm_gemm_tuning_parse reads it back, HM_INVALID_ARGUMENT naming what does not fit.
+ * Legality is hm_gemm_config_check's. */
+void hm_gemm_tuning_name(const hm_gemm_tuning *t, char *buf, size_t len);
+hm_status hm_gemm_tuning_parse(const char *name, hm_gemm_tuning *out);
 
 /* Derived sizes (mirrors kernels/gemm_traits.cuh). */
 int hm_gemm_config_threads(const hm_gemm_config *cfg);

@@ -30,8 +30,8 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
        "scales)",
        NULL},
       {"--plan", HM_OPT_STR, o->plan_name, 0, 0, "P",
-       "kernel mode: kernel tables from auto|heuristic|tuned|default, or all three side by side "
-       "(default: HUMMING_GEMM_PLAN)",
+       "kernel mode: kernel tables from auto|heuristic|tuned|default, all three side by side, or one "
+       "kernel pinned for every M (bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma[_ws]) (default: HUMMING_GEMM_PLAN)",
        NULL},
       {"--m", HM_OPT_LIST, &o->m, 1, 1 << 24, "LIST",
        "token counts: 1:8192:x2, 16:256:+16 or 1,8,64 (host: 1:256:x4)", &o->seen_m},
@@ -206,7 +206,7 @@ static bool resolve(hm_bench_opts *o) {
     bad = "--acc f16 is a kernel-mode option of fp8 activations (--quant w8a8-fp8-ch or w4a8-mxfp4)";
   else if (o->plan_name[0] && strcmp(o->plan_name, "all") &&
            hm_plan_source_parse(o->plan_name, &plan) != HM_OK)
-    bad = "--plan: expected auto, heuristic, tuned, default or all";
+    bad = "--plan: expected auto, heuristic, tuned, default, all or a kernel tuning";
   else if (strcmp(o->backend_name, "auto") && strcmp(o->backend_name, "host") &&
            strcmp(o->backend_name, "cuda"))
     bad = "--backend: expected auto, host or cuda";

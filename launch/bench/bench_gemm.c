@@ -264,6 +264,6 @@ void hm_bench_kernel_name(const hm_layer *layer, const hm_gemm_args *args, char 
     return;
   }
   const hm_gemm_tuning *k = &cfg.tuning;
-  snprintf(buf, len, "%sbm%d_bn%d_bk%d_s%d%s%s", host ? "host:" : "", k->bm, k->bn, k->bk, k->stages,
-           k->stream_k ? "_sk" : "", k->mma == HM_MMA_WGMMA ? "_wg" : "");
+  snprintf(buf, len, "%sbm%d_bn%d_bk%d_s%d%s%s%s", host ? "host:" : "", k->bm, k->bn, k->bk, k->stages,
+           k->stream_k ? "_sk" : "", k->mma == HM_MMA_WGMMA ? "_wg" : "", k->ws ? "_ws" : "");
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Kernel mode's plan sources and predictions (see bench_plan.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench_plan.h"
 #include "check.h"
 #include "layer_internal.h"
+#include "params.h"
 
 hm_status hm_bench_plans_make(hm_bench *b, hm_bench_plans *out) {
   memset(out, 0, sizeof(*out));
@@ -22,7 +24,14 @@ hm_status hm_bench_plans_make(hm_bench *b, hm_bench_plans *out) {
   }
   out->count = 1;
   if (b->o.plan_name[0] == '\0') return hm_plan_source_from_env(&out->source[0]);
-  return hm_plan_source_parse(b->o.plan_name, &out->source[0]);
+  HM_CHECK(hm_plan_source_parse(b->o.plan_name, &out->source[0]));
+  /* A layer reads the pinned kernel where the library documents it: HUMMING_GEMM_PLAN. */
+  if (out->source[0] == HM_PLAN_PINNED) {
+    if (setenv("HUMMING_GEMM_PLAN", b->o.plan_name, 1) != 0)
+      HM_FAIL(HM_SYSTEM, "--plan %s: setenv HUMMING_GEMM_PLAN failed", b->o.plan_name);
+    hm_params_reload();
+  }
+  return HM_OK;
 }
 
 void hm_bench_plan_predict(const hm_bench_plans *p, const hm_layer *layer, const hm_gemm_args *args,

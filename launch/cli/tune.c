@@ -23,12 +23,6 @@ typedef struct tune_opts {
   bool plan, help;
 } tune_opts;
 
-static void print_tuning(const hm_gemm_tuning *t, char *buf, size_t len) {
-  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n,
-           t->warps_k, t->stages, t->stream_k ? "sk" : "dp", t->ctas_per_sm,
-           t->mma == HM_MMA_WGMMA ? "_wgmma" : "", t->ws ? "_ws" : "");
-}
-
 static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
@@ -43,7 +37,7 @@ static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const h
     const int64_t m = hm_choose_bucket_m(lo, hi);
     if (hm_choose_cost_of(&l->config, &cfg, m, p, &c) != HM_OK) return 1;
     char t[96];
-    print_tuning(&cfg.tuning, t, sizeof(t));
+    hm_gemm_tuning_name(&cfg.tuning, t, sizeof(t));
     printf("  %-16s %-8s %9lld %11.2f %11.2f  %s\n", l->role, hm_gemm_type_name(type), (long long)m,
            c.roofline_us, predicted, t);
   }
@@ -61,7 +55,7 @@ static int tune_layer(hm_engine *e, const hm_choose_model_layer *l, hm_gemm_type
   for (int i = 0; i < r.count; i++) {
     const hm_tune_bucket *b = &r.buckets[i];
     char t[96];
-    print_tuning(&b->tuned, t, sizeof(t));
+    hm_gemm_tuning_name(&b->tuned, t, sizeof(t));
     const double err =
         b->heuristic_us > 0 ? 100.0 * (b->predicted_us - b->heuristic_us) / b->heuristic_us : 0;
     printf("  %-16s %-8s %9lld %11.2f %11.2f %11.2f %11.2f %7.2fx %+7.1f%%  %s\n", l->role,

@@ -4,7 +4,8 @@
  * table holding a distinctive legal tuning for one bucket of a layer is picked by that
  * layer under auto and tuned (its plan, block_m and the info log line say so), and is
  * not under default or heuristic, nor for another device; HUMMING_DEVICE_PROFILE makes
- * the layer plan for that GPU as the heuristics do; a bad value is refused.
+ * the layer plan for that GPU as the heuristics do; a bad value is refused. A tuning's
+ * name there pins that kernel for every M.
  * Observed on the host backend through the plan the CUDA backend compiles.
  */
 #include <stdio.h>
@@ -296,6 +297,72 @@ static void bad_plan_source_is_refused(void **state) {
   hm_layer_destroy(l);
 }
 
+/* A tuning's name reads back as the same tuning; names that do not fit are refused. */
+static void tuning_names_round_trip(void **state) {
+  (void)state;
+  const hm_gemm_tuning tunings[] = {
+      {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true},
+      {8, 256, 256, 1, 4, 2, 3, true, 2, 2, HM_MMA_SYNC, false},
+      {64, 128, 64, 2, 2, 1, 4, false, 0, 1, HM_MMA_WGMMA, false},
+  };
+  for (size_t i = 0; i < HM_ARRAY_SIZE(tunings); i++) {
+    char name[96];
+    hm_gemm_tuning back;
+    hm_gemm_tuning_name(&tunings[i], name, sizeof(name));
+    HM_ASSERT_OK(hm_gemm_tuning_parse(name, &back));
+    assert_true(hm_choose_tuning_equal(&back, &tunings[i]));
+  }
+  const char *bad[] = {"bm128_bn256", "bm128_bn256_bk128_w1x8x1_s3_sk_c1", "bm128_bn256_bk128_w1x8x1_s3_xx4_c1",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_ws", "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_wgmma_wsx"};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(bad); i++) {
+    hm_gemm_tuning t;
+    assert_int_equal(hm_gemm_tuning_parse(bad[i], &t), HM_INVALID_ARGUMENT);
+    assert_non_null(strstr(hm_last_error(), bad[i]));
+  }
+}
+
+/* HUMMING_GEMM_PLAN=<a tuning's name> pins that kernel for every M, with a warning; a
+ * tuning the layer cannot run fails its transform naming it; "pinned" alone names none. */
+static void pinned_tuning_serves_every_m(void **state) {
+  (void)state;
+  const hm_layer_config lc = layer_config(8);
+  int arch = 0;
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_heuristics_arch(engine, &arch));
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_INDEXED, arch, &base));
+  const hm_gemm_tuning t = distinctive(&lc, &base);
+  char name[96];
+  hm_gemm_tuning_name(&t, name, sizeof(name));
+  log_capture log;
+  hm_layer *l = make_layer(&lc, name, &log);
+  for (int64_t m = TOP_K; m <= 4096 * TOP_K; m *= 8) {
+    hm_plan_source source;
+    const hm_gemm_config cfg = config_at(l, m, &source);
+    assert_int_equal(source, HM_PLAN_PINNED);
+    assert_true(hm_choose_tuning_equal(&cfg.tuning, &t));
+  }
+  assert_non_null(strstr(log.table_line, "pinned to"));
+  assert_true(log.warnings > 0);
+  hm_layer_destroy(l);
+
+  set_env("HUMMING_GEMM_PLAN", "bm128_bn256_bk128_w1x8x3_s3_sk4_c1_wgmma");
+  l = NULL;
+  HM_ASSERT_OK(hm_layer_create(engine, &lc, &l));
+  const size_t count = (size_t)(lc.experts * lc.n * lc.k);
+  float *w = calloc(count, sizeof(float));
+  assert_non_null(w);
+  HM_ASSERT_OK(hm_layer_quantize(l, w, NULL));
+  free(w);
+  assert_int_equal(hm_layer_transform(l, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "pinned GEMM kernel bm128_bn256_bk128_w1x8x3"));
+  hm_layer_destroy(l);
+
+  set_env("HUMMING_GEMM_PLAN", "pinned");
+  l = NULL;
+  assert_int_equal(hm_layer_create(engine, &lc, &l), HM_INVALID_ARGUMENT);
+  assert_null(l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(moe_layer_picks_the_tuned_entry),
@@ -303,6 +370,8 @@ int main(void) {
       cmocka_unit_test(block_m_agrees_with_the_kernel_picked),
       cmocka_unit_test(named_profile_plans_like_the_heuristics),
       cmocka_unit_test(bad_plan_source_is_refused),
+      cmocka_unit_test(tuning_names_round_trip),
+      cmocka_unit_test(pinned_tuning_serves_every_m),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   hm_shutdown();

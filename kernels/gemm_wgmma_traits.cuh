@@ -32,12 +32,9 @@ struct hm_wg_traits : hm_wo_stage<C, 1024> {
   // Slack to align the dynamic shared memory to 1024 bytes (the swizzle repeat), then
   // the region, then a_row[bm], c_row[bm], row_scale[bm], flag, prefix[experts].
   static constexpr int smem_bytes = 1024 + region_bytes + hm_maps_bytes<C, C::bm>;
-  // A fragments in registers: a ring of k16 steps, so that earlier steps' wgmmas run while
-  // the next step's weights are dequantized. Two steps in the plain kernel, whose 256
-  // threads hold every register they have; the warp-specialized consumers get 208 (their
-  // producer gives its registers back) and keep four, so that a warpgroup whose wgmmas
-  // queue behind the other's still dequantizes three steps ahead instead of one.
-  static constexpr int af_ring = C::ws ? 4 : 2;
+  // A fragments in registers: a ring of two k16 steps, so that one step's wgmmas run
+  // while the next step's weights are dequantized.
+  static constexpr int af_ring = 2;
 
   static_assert(C::bits == 4 || C::bits == 8 || C::bits == 16,
                 "the wgmma kernel takes 4-, 8- or 16-bit weights");

@@ -18,17 +18,31 @@
 // in f32, which is exact for any scale; folding the scale into the widened e4m3 code would
 // lose the codes past e4m3's range (2^-9..448), so adversarial scales would not survive it.
 //
+// W4A8 nvfp4 (e2m1, e4m3 scales per 16 along K, an f32 global scale per expert): a group of
+// 16 is one K half of the k32 step (PTX ISA, fragments of mma.m16n8k32: A registers a0, a1
+// hold k 0..15 and a2, a3 k 16..31; B register b0 k 0..15 and b1 k 16..31). Each step runs
+// one fp8 m16n8k16 MMA a half on that half's registers (hm_w8_mma_part, hm_mma_16816_f8) and
+// folds its sums with its column's e4m3 scale in f32, as mxfp4 folds its e8m0 one per k32.
+// A k32 MMA with the other half of the activations zeroed sums the same, but costs a whole
+// k32 MMA a half (sm_89 runs the k16 one natively; ptxas 13.0 lowers sm_90a's fp8 mma.sync
+// to f16 MMAs, half as many for k16) and registers of zeros, with which ptxas spilled 50-330
+// bytes at two units a warp; the k16 form spills none there on sm_89, about mxfp4's on sm_90a.
+// The global scale multiplies the finished sums once, in the epilogue (hm_store_tile): an
+// e4m3 scale (4 significant bits) times an f32 one needs up to 28 bits, so folding it into
+// the scales would round each of them, where the end rounds one product of all-linear sums.
+//
 // The swapped 8-row tile (bm = 8, hm_gemm_traits::swap_ab) runs the weights as the m16 A
 // operand and the tokens as the n8 B operand, as the weight-only kernel does
 // (gemm_swap.cuh): a unit's lane words are already its A fragments (hm_w8_weight_frags), so
 // a 64-column unit takes 4 MMAs a k32 step instead of 8 of which 15/16 of the rows are
-// empty, and mxfp4 folds half as many sums. The sums hold C^T (hm_w8_row_half) until the
-// end of the mainloop, where hm_swap_unit_to_std moves them into the standard layout that
-// the per-channel and per-token scales, the k reduction, Stream-K and the epilogue use.
+// empty, and mxfp4 and nvfp4 fold half as many sums. The sums hold C^T (hm_w8_row_half)
+// until the end of the mainloop, where hm_swap_unit_to_std moves them into the standard
+// layout that the per-channel and per-token scales, the k reduction, Stream-K and the
+// epilogue use.
 //
-// acc16 (fp8 only, per-channel or mxfp4 weights, per-token activation scales): each k32 MMA
-// sums in f16 from zero and is added into the f32 sums at once, so f16 never holds more
-// than 32 products. Even that overflows from raw codes: 32 x 448 x 448 = 6.4e6 against
+// acc16 (fp8 only, per-channel, mxfp4 or nvfp4 weights, per-token activation scales): each
+// k32 MMA sums in f16 from zero and is added into the f32 sums at once, so f16 never holds
+// more than 32 products. Even that overflows from raw codes: 32 x 448 x 448 = 6.4e6 against
 // f16's 65504, and random normal data quantized to the full e4m3 range already sums to
 // about 65000 (one sigma) over 32 products. So A codes enter the MMA as 2^-7 times their
 // value (hm_e4m3x4_div128, once per fragment, shared by the warp's n8 blocks) and the f32
@@ -38,7 +52,9 @@
 // and 4. Keeping f16 partials over a whole stage instead would need 2^-10 at bk 256, a
 // step of 2 codes, which outlier-heavy activations (most codes under 16) would feel.
 // mxfp4 needs no scaling: widened e2m1 codes are at most 6 x 2^-6, so 32 x 448 x 0.094 =
-// 1344.
+// 1344. nvfp4 neither: an MMA sums 16 such products, at most 672, and its e4m3 scale
+// multiplies the f16 sum in f32, so that the scale being no power of two costs one f32
+// rounding on top of mxfp4's f16 one, not f16 range or precision.
 #pragma once
 
 #include "gemm_kernel.cuh"
@@ -53,12 +69,15 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int k16 = (C::k + 31) / 32;  // k32 steps of the weights (the name hm_load_b reads)
   static constexpr int unit_bytes = C::w4 ? 32 * 64 / 2 : 32 * 64;  // a 32 (k) x 64 (n) unit of codes
   static constexpr bool mx = C::w4 == HM_W4_E2M1;
-  static constexpr int mx_unit_bytes = 64;  // e8m0 scales of a unit's 64 columns at one k32 step
+  static constexpr bool nv = C::w4 == HM_W4_NVFP4;
+  static constexpr bool fp4 = mx || nv;        // e2m1 codes, each MMA's sums folded with its scales
+  static constexpr int k_parts = nv ? 2 : 1;   // MMAs a k32 step: one per scale group along K
+  static constexpr int fp4_unit_bytes = 64 * k_parts;  // scales of a unit's 64 columns at one k32 step
   static constexpr int a_bytes = C::bm * C::bk;
   static constexpr int b_off = a_bytes;
   static constexpr int b_bytes = G::bn_units * steps * unit_bytes;
   static constexpr int s_off = b_off + b_bytes;
-  static constexpr int s_bytes = mx ? G::bn_units * steps * mx_unit_bytes : 0;
+  static constexpr int s_bytes = fp4 ? G::bn_units * steps * fp4_unit_bytes : 0;
   static constexpr int stage_bytes = (s_off + s_bytes + 127) / 128 * 128;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   static constexpr int pipe_or_red = pipe_bytes > G::red_bytes ? pipe_bytes : G::red_bytes;
@@ -74,12 +93,14 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static_assert(!k_scaled || 128 % C::bk == 0, "a stage must lie in one 128-wide K scale block");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
   static_assert(!mx || (!C::a_int8 && !C::w_block && C::k % 32 == 0), "mxfp4: fp8 A, e8m0 scales per 32");
+  static_assert(!nv || (!C::a_int8 && !C::w_block), "nvfp4: fp8 A, e4m3 scales per 16");
   static_assert(!C::acc16 || (!C::a_int8 && !k_scaled), "f16 accumulation: fp8, scales constant along K");
   // What the f32 sums still carry: int4 codes enter as 16 q (its transform divides the
-  // channel scales by 16); e2m1 codes as 2^-6 times their value, e8m0 scales as 2^(x - 126).
-  static constexpr float w_factor = mx ? 32.0f : 1.0f;
-  // acc16: A codes enter the f16 MMA as 2^-7 times their value, but for mxfp4 (see above).
-  static constexpr bool a_div128 = C::acc16 && !mx;
+  // channel scales by 16); e2m1 codes as 2^-6 times their value, e8m0 scales as 2^(x - 126),
+  // e4m3 ones as their value.
+  static constexpr float w_factor = mx ? 32.0f : (nv ? 64.0f : 1.0f);
+  // acc16: A codes enter the f16 MMA as 2^-7 times their value, but for e2m1 weights (above).
+  static constexpr bool a_div128 = C::acc16 && !fp4;
   static constexpr float a_factor = a_div128 ? 128.0f : 1.0f;
 };
 
@@ -145,10 +166,10 @@ __device__ __forceinline__ void hm_w8_load_stage(const hm_gemm_params &p, const 
   using T = hm_w8_traits<C>;
   hm_w8_load_a<C>(p, kt, st, a_row);
   hm_load_b<C, T>(p, tile, kt, st);
-  // mxfp4: the e8m0 scales, 64 bytes a unit and k32 step, laid out like the units
-  // (transform_w4a8.cuh).
-  if constexpr (T::mx)
-    hm_load_unit_data<C, T, T::mx_unit_bytes>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
+  // mxfp4 and nvfp4: the scales, 64 bytes (e8m0) or 128 (e4m3, two K halves) a unit and k32
+  // step, laid out like the units (transform_w4a8.cuh).
+  if constexpr (T::fp4)
+    hm_load_unit_data<C, T, T::fp4_unit_bytes>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
 }
 
 // The B fragment pair of n8 block j from a lane's words of one unit (8-bit: two words a
@@ -157,7 +178,7 @@ template <class C, int WORDS>
 __device__ __forceinline__ void hm_w8_b_frags(const hm_u32 (&w)[WORDS], int j, hm_u32 &b0, hm_u32 &b1) {
   if constexpr (C::w4 == HM_W4_INT4) {
     hm_w4_widen_i4(w[j], &b0, &b1);
-  } else if constexpr (C::w4 == HM_W4_E2M1) {
+  } else if constexpr (hm_w8_traits<C>::fp4) {
     hm_w4_widen_e2m1(w[j], &b0, &b1);
   } else {
     b0 = w[2 * j];
@@ -189,18 +210,32 @@ __device__ __forceinline__ void hm_w8_mma(Acc (&c)[N], const hm_u32 (&af)[4], co
     hm_mma_16832(c, af, wf[0], wf[1]);
 }
 
-// One k32 MMA's sums from zero, in f32: through the f16-accumulator instruction with acc16.
+// c += the MMA of part p of a k32 step (hm_w8_traits::k_parts): all of it, or nvfp4's K
+// half p through the m16n8k16 MMA on that half's registers of the k32 fragments.
+template <class C, class Acc, int N>
+__device__ __forceinline__ void hm_w8_mma_part(Acc (&c)[N], const hm_u32 (&af)[4], const hm_u32 (&wf)[4],
+                                               int p) {
+  if constexpr (hm_w8_traits<C>::k_parts == 1)
+    hm_w8_mma<C>(c, af, wf);
+  else if constexpr (hm_gemm_traits<C>::swap_ab)
+    hm_mma_16816_f8(c, wf[2 * p], wf[2 * p + 1], af[p]);
+  else
+    hm_mma_16816_f8(c, af[2 * p], af[2 * p + 1], wf[p]);
+}
+
+// One MMA part's sums from zero, in f32: through the f16-accumulator instruction with acc16.
 template <class C>
-__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4]) {
+__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4],
+                                                int p) {
   if constexpr (C::acc16) {
     hm_u32 h[2] = {0u, 0u};
-    hm_w8_mma<C>(h, af, wf);
+    hm_w8_mma_part<C>(h, af, wf, p);
 #pragma unroll
     for (int c = 0; c < 4; ++c) d[c] = hm_h_to_f32<false>(h[c >> 1] >> (16 * (c & 1)));
   } else {
 #pragma unroll
     for (int c = 0; c < 4; ++c) d[c] = 0.0f;
-    hm_w8_mma<C>(d, af, wf);
+    hm_w8_mma_part<C>(d, af, wf, p);
   }
 }
 
@@ -211,7 +246,7 @@ __device__ __forceinline__ void hm_w8_mma_add(hm_w8_sum_t<C> (&part)[4], const h
                                               const hm_u32 (&wf)[4]) {
   if constexpr (C::acc16) {
     float d[4];
-    hm_w8_mma_fresh<C>(d, af, wf);
+    hm_w8_mma_fresh<C>(d, af, wf, 0);
 #pragma unroll
     for (int c = 0; c < 4; ++c) part[c] += d[c] * hm_w8_traits<C>::a_factor;
   } else {
@@ -246,7 +281,7 @@ __device__ __forceinline__ void hm_w8_load_a_frags(unsigned a_base, int wm, int 
 // The warp's k32 steps of one stage: per step the activation fragments, per unit its words,
 // per MMA block and m block the weight fragments, handed to the caller's body. unit(u, us)
 // runs once per unit (us: its index among the stage's unit steps) and returns the body
-// block(u, j, m, af, wf), so that per-unit values (mxfp4 scales) load once.
+// block(u, j, m, af, wf), so that per-unit values (e2m1 formats' scales) load once.
 template <class C, class Unit>
 __device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
                                                  Unit &&unit) {
@@ -288,46 +323,68 @@ __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int
   });
 }
 
-// mxfp4: the 16 scale bytes of a unit and k32 step that a lane loads. Bytes 16t' + 2j + i
-// hold column 8j + 2t' + i (transform_w4a8.cuh): a lane's own t' = t, or, swapped, the
-// row of its column g (t' = g / 2, hm_swap8_scale_row).
+// mxfp4 and nvfp4: the 16 scale bytes of a unit, k32 step and part p (nvfp4's K half, 64
+// bytes each) that a lane loads. Bytes 16t' + 2j + i of a part hold column 8j + 2t' + i
+// (transform_w4a8.cuh): a lane's own t' = t, or, swapped, the row of its column g (t' = g / 2,
+// hm_swap8_scale_row).
 template <class C>
-__device__ __forceinline__ uint4 hm_w4_mx_load_scales(const unsigned char *unit, int lane) {
+__device__ __forceinline__ uint4 hm_w4_load_scales(const unsigned char *unit, int p, int lane) {
   const int row = hm_gemm_traits<C>::swap_ab ? hm_swap8_scale_row(lane) : lane & 3;
-  return *(const uint4 *)(unit + row * 16);
+  return *(const uint4 *)(unit + p * 64 + row * 16);
 }
 
-// The scales of a lane's two columns (hm_w8_col_half) of MMA block j at one k32 step, as
-// 2^(x - 126): bytes 2j, 2j + 1 of its 16, or, swapped, bytes 4j + hm_swap8_scale_byte.
+// The word of the 16 scale bytes that holds a lane's columns of MMA block j, and the byte in
+// it of its column half i (hm_w8_col_half): bytes 2j + i, or, swapped, 4j + hm_swap8_scale_byte.
 template <class C>
-__device__ __forceinline__ void hm_w4_mx_col_scales(const uint4 &sc, int j, int lane, float (&s2)[2]) {
-  constexpr bool swap = hm_gemm_traits<C>::swap_ab;
-  const int wi = swap ? j : j >> 1;
-  const hm_u32 word = wi < 2 ? (wi == 0 ? sc.x : sc.y) : (wi == 2 ? sc.z : sc.w);
+__device__ __forceinline__ hm_u32 hm_w4_scale_word(const uint4 &sc, int j) {
+  const int wi = hm_gemm_traits<C>::swap_ab ? j : j >> 1;
+  return wi < 2 ? (wi == 0 ? sc.x : sc.y) : (wi == 2 ? sc.z : sc.w);
+}
+template <class C>
+__device__ __forceinline__ int hm_w4_scale_byte(int j, int lane, int i) {
+  return hm_gemm_traits<C>::swap_ab ? hm_swap8_scale_byte(lane, i) : 2 * (j & 1) + i;
+}
+
+// The scales of a lane's two columns of MMA block j in f32: e8m0 as 2^(x - 126), or e4m3,
+// both through one conversion.
+template <class C>
+__device__ __forceinline__ void hm_w4_col_scales(const uint4 &sc, int j, int lane, float (&s2)[2]) {
+  const hm_u32 word = hm_w4_scale_word<C>(sc, j);
+  if constexpr (hm_w8_traits<C>::nv) {
+    const hm_u32 pair = hm_w4_scale_byte<C>(j, lane, 1) << 4 | hm_w4_scale_byte<C>(j, lane, 0);
+    hm_e4m3x2_to_f32(__byte_perm(word, 0u, 0x4400u | pair), s2);
+  } else {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int byte = swap ? hm_swap8_scale_byte(lane, i) : 2 * (j & 1) + i;
-    s2[i] = __uint_as_float(hm_w4_e8m0_bits_x2(__byte_perm(word, 0u, 0x4440u + byte)));
+    for (int i = 0; i < 2; ++i) {
+      const hm_u32 x = __byte_perm(word, 0u, 0x4440u + hm_w4_scale_byte<C>(j, lane, i));
+      s2[i] = __uint_as_float(hm_w4_e8m0_bits_x2(x));
+    }
   }
 }
 
-// mxfp4: the warp's k32 steps of one stage, each MMA's sums folded into acc with its
-// columns' scales (and the rows' 1x128 scales ra) right away.
+// mxfp4 and nvfp4: the warp's k32 steps of one stage, each MMA's sums folded into acc with its
+// columns' scales (and the rows' 1x128 scales ra) right away: one MMA a step, or one a K half.
 template <class C>
-__device__ __forceinline__ void hm_w4_mx_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
-                                               const float (&ra)[hm_w8_traits<C>::mi][2], hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_w4_fp4_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
+                                                const float (&ra)[hm_w8_traits<C>::mi][2], hm_acc_t<C> &acc) {
   using T = hm_w8_traits<C>;
   hm_w8_walk_stage<C>(st, wm, wn, wk, lane, [&](int us) {
-    const uint4 sc = hm_w4_mx_load_scales<C>(st + T::s_off + us * T::mx_unit_bytes, lane);
-    return [&, sc](int u, int j, int m, const hm_u32(&af)[4], const hm_u32(&wf)[4]) {
-      float s2[2];
-      hm_w4_mx_col_scales<C>(sc, j, lane, s2);
-      float d[4];
-      hm_w8_mma_fresh<C>(d, af, wf);
+    uint4 sc[T::k_parts];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float s = s2[hm_w8_col_half<C>(c)];
-        acc[u][m][j][c] += d[c] * (C::a_group ? s * ra[m][hm_w8_row_half<C>(c)] : s);
+    for (int p = 0; p < T::k_parts; ++p)
+      sc[p] = hm_w4_load_scales<C>(st + T::s_off + us * T::fp4_unit_bytes, p, lane);
+    return [&, sc](int u, int j, int m, const hm_u32(&af)[4], const hm_u32(&wf)[4]) {
+#pragma unroll
+      for (int p = 0; p < T::k_parts; ++p) {
+        float s2[2];
+        hm_w4_col_scales<C>(sc[p], j, lane, s2);
+        float d[4];
+        hm_w8_mma_fresh<C>(d, af, wf, p);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float s = s2[hm_w8_col_half<C>(c)];
+          acc[u][m][j][c] += d[c] * (C::a_group ? s * ra[m][hm_w8_row_half<C>(c)] : s);
+        }
       }
     };
   });
@@ -403,7 +460,7 @@ __device__ __forceinline__ void hm_w8_finish(const hm_gemm_params &p, const hm_t
     for (int j = 0; j < 8; ++j) {
       const int col = tile.n_tile * C::bn + wn * T::wtn + u * 64 + j * 8 + (lane & 3) * 2;
       float w0 = T::w_factor, w1 = T::w_factor;
-      if constexpr (!C::w_block && !T::mx) {
+      if constexpr (!C::w_block && !T::fp4) {
         w0 = col < C::n ? ws[col] : 0.0f;  // N is even: col + 1 < N with col
         w1 = col < C::n ? ws[col + 1] : 0.0f;
       }
@@ -415,16 +472,16 @@ __device__ __forceinline__ void hm_w8_finish(const hm_gemm_params &p, const hm_t
 }
 
 // The MMAs of k-tile kt, staged at st, into part (scaled into acc where the scales change
-// along K) or, for mxfp4, straight into acc.
+// along K) or, for mxfp4 and nvfp4, straight into acc.
 template <class C>
 __device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                               const unsigned char *st, const int *a_row, int wm, int wn,
                                               int wk, int lane, hm_w8_part_t<C> &part, hm_acc_t<C> &acc) {
   using T = hm_w8_traits<C>;
-  if constexpr (T::mx) {
+  if constexpr (T::fp4) {
     float ra[T::mi][2];
     hm_w8_k_row_scales<C>(p, a_row, kt * C::bk / 128, wm, lane, ra);
-    hm_w4_mx_stage<C>(st, wm, wn, wk, lane, ra, acc);
+    hm_w4_fp4_stage<C>(st, wm, wn, wk, lane, ra, acc);
   } else {
     hm_w8_compute_stage<C>(st, wm, wn, wk, lane, part);
     if constexpr (T::k_scaled) hm_w8_fold<C>(p, tile, kt * C::bk / 128, a_row, wm, wn, lane, part, acc);
@@ -464,7 +521,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
     hm_w8_consume<C>(p, tile, kb + i, smem + (i % C::stages) * T::stage_bytes, a_row, wm, wn, wk, lane, part,
                      acc);
   }
-  if constexpr (!T::k_scaled && !T::mx) hm_w8_fold<C>(p, tile, 0, a_row, wm, wn, lane, part, acc);
+  if constexpr (!T::k_scaled && !T::fp4) hm_w8_fold<C>(p, tile, 0, a_row, wm, wn, lane, part, acc);
   if constexpr (T::swap_ab)
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) hm_swap_unit_to_std(acc[u][0], lane);

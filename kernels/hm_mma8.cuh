@@ -47,6 +47,22 @@ __device__ __forceinline__ void hm_mma_16832(hm_u32 (&c)[2], const hm_u32 (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// fp8 e4m3 m16n8k16, f32 or f16 sums as above (sm_89+, PTX ISA 8.7): one K half of the k32
+// MMA. A a0 (row g, k 4t..4t+3), a1 (row g+8, same k); B b0 (k 4t..4t+3, col g): k32 A
+// registers 0, 1 and B register 0 hold k 0..15 in this layout, A 2, 3 and B 1 k 16..31.
+__device__ __forceinline__ void hm_mma_16816_f8(float (&c)[4], hm_u32 a0, hm_u32 a1, hm_u32 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b));
+}
+
+__device__ __forceinline__ void hm_mma_16816_f8(hm_u32 (&c)[2], hm_u32 a0, hm_u32 a1, hm_u32 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f16.e4m3.e4m3.f16 {%0, %1}, {%2, %3}, {%4}, {%0, %1};\n"
+      : "+r"(c[0]), "+r"(c[1])
+      : "r"(a0), "r"(a1), "r"(b));
+}
+
 // Four e4m3 codes times 2^-7, rounded to nearest e4m3 (sm_89+): exact for codes of 2 and
 // more, a multiple of 2^-9 (2^-2 before the scaling) below, through f16, which holds every
 // e4m3 value times 2^-7 exactly.
@@ -67,4 +83,13 @@ __device__ __forceinline__ hm_u32 hm_e4m3x4_div128(hm_u32 x) {
       : "=r"(d)
       : "r"(x), "r"(0x20002000u));  // f16 2^-7 in both halves
   return d;
+}
+
+// Two e4m3 codes (bytes 0 and 1 of x) in f32, exactly (f16 holds every e4m3 value), byte 0
+// in f[0] (sm_89+).
+__device__ __forceinline__ void hm_e4m3x2_to_f32(hm_u32 x, float (&f)[2]) {
+  hm_u32 h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)x));
+  f[0] = hm_h_to_f32<false>(h);
+  f[1] = hm_h_to_f32<false>(h >> 16);
 }

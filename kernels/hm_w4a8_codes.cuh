@@ -17,7 +17,7 @@
 // The b0 code takes bits 7 4 3 2 of its byte, the b1 code bits 5 (s) 6 (e1) 1 (e0) 0 (m):
 // b0 = w & 0x9c9c9c9c, b1 = (w << 2) & 0x8c8c8c8c | (w >> 2) & 0x10101010, five
 // operations a word where a 16-entry prmt table takes ten. The 2^6 goes into the f32
-// scales, exactly.
+// scales, exactly. mxfp4 and nvfp4 share these codes; they differ in their scales only.
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -29,7 +29,8 @@
 // Weight formats of the W4A8 kernel (the generated config's w4 constant).
 #define HM_W4_NONE 0
 #define HM_W4_INT4 1
-#define HM_W4_E2M1 2
+#define HM_W4_E2M1 2   // mxfp4: e8m0 scales per 32 along K
+#define HM_W4_NVFP4 3  // e4m3 scales per 16 along K, an f32 global scale
 
 // Places the b0 code lo and the b1 code hi (4-bit each) into one byte.
 HM_W4_FN unsigned hm_w4_pack_byte(int fmt, unsigned lo, unsigned hi) {

@@ -19,18 +19,27 @@ bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l) {
   return l->act == HM_F8E4M3 || l->act == HM_I8;
 }
 
+/* e2m1 weights are mxfp4 or nvfp4 by their group along K (w4a8_fp4_from_layer). */
 int hm_gemm_w4a8_format(const hm_gemm_layer_part *l) {
   if (!hm_gemm_is_w8a8(l)) return HM_W4_NONE;
-  return l->weight == HM_I4 ? HM_W4_INT4 : (l->weight == HM_F4E2M1 ? HM_W4_E2M1 : HM_W4_NONE);
+  if (l->weight == HM_I4) return HM_W4_INT4;
+  if (l->weight != HM_F4E2M1) return HM_W4_NONE;
+  return l->group == 16 ? HM_W4_NVFP4 : HM_W4_E2M1;
 }
 
-/* Bytes of a weight unit (32 k x 64 n codes) and, for mxfp4, of its e8m0 scales. */
+static bool is_fp4(int fmt) {
+  return fmt == HM_W4_E2M1 || fmt == HM_W4_NVFP4;
+}
+
+/* Bytes of a weight unit (32 k x 64 n codes) and of its scales at one k32 step: e8m0 bytes
+ * of its 64 columns (mxfp4), e4m3 ones of each K half (nvfp4). */
 static size_t unit_bytes(const hm_gemm_layer_part *l) {
   return hm_gemm_w4a8_format(l) == HM_W4_NONE ? 2048 : 1024;
 }
 
-static size_t mx_unit_bytes(const hm_gemm_layer_part *l) {
-  return hm_gemm_w4a8_format(l) == HM_W4_E2M1 ? 64 : 0;
+static size_t fp4_unit_bytes(const hm_gemm_layer_part *l) {
+  const int fmt = hm_gemm_w4a8_format(l);
+  return fmt == HM_W4_NVFP4 ? 128 : (fmt == HM_W4_E2M1 ? 64 : 0);
 }
 
 /* Scales that change along K (128x128 weight blocks, 1x128 activation groups): the kernel
@@ -40,20 +49,21 @@ static bool k_scaled(const hm_gemm_layer_part *l) {
 }
 
 /*
- * e2m1 weights: mxfp4 (e8m0 scales per 32 along K) keeps group 32. nvfp4 has none: its
- * e4m3 scales per 16 change inside a k32 MMA, so they cannot scale its sums, and e2m1
- * times an e4m3 scale needs up to 5 significant bits, which e4m3 codes do not hold.
+ * e2m1 weights: mxfp4 (e8m0 scales per 32 along K) keeps group 32, nvfp4 (e4m3 scales per
+ * 16, one K half of the k32 MMA, and an optional f32 global scale the epilogue applies)
+ * group 16. Scales of other types or groups would have to scale codes (e2m1 times an e4m3
+ * scale needs up to 5 significant bits) or parts of a K half.
  */
 static hm_status w4a8_fp4_from_layer(const hm_quant_format *w, hm_gemm_layer_part *l) {
-  if (w->scale != HM_E8M0 || w->scale_kind != HM_SCALE_GROUP || w->group_k != 32)
-    HM_FAIL(
-        HM_UNSUPPORTED,
-        "W4A8 GEMM: e2m1 weights need e8m0 scales per 32 along K (mxfp4); nvfp4 (%s scales per %d) has no "
-        "W4A8 kernel: per-16 scales change inside the k32 fp8 MMA, and e2m1 times an e4m3 scale is not an "
-        "e4m3 code",
-        hm_dtype_name(w->scale), w->group_k);
-  if (w->global_scale) HM_FAIL(HM_UNSUPPORTED, "W4A8 mxfp4 GEMM: no global scale");
-  l->group = 32;
+  const bool mx = w->scale == HM_E8M0 && w->group_k == 32;
+  const bool nv = w->scale == HM_F8E4M3 && w->group_k == 16;
+  if (w->scale_kind != HM_SCALE_GROUP || (!mx && !nv))
+    HM_FAIL(HM_UNSUPPORTED,
+            "W4A8 GEMM: e2m1 weights need e8m0 scales per 32 (mxfp4) or f8e4m3 scales per 16 (nvfp4) along "
+            "K, not %s scales per %d",
+            hm_dtype_name(w->scale), w->group_k);
+  if (mx && w->global_scale) HM_FAIL(HM_UNSUPPORTED, "W4A8 mxfp4 GEMM: no global scale");
+  l->group = w->group_k;
   l->group_n = 0;
   return HM_OK;
 }
@@ -82,7 +92,7 @@ static hm_status check_types(const hm_gemm_layer_part *l, int arch) {
   if (!int8 && !fp8)
     HM_FAIL(HM_UNSUPPORTED,
             "W8A8 GEMM: %s weights with %s activations (kernels exist for i8 x i8, f8e4m3 x f8e4m3 and "
-            "W4A8: i4 x i8, f4e2m1 (mxfp4) x f8e4m3)",
+            "W4A8: i4 x i8, f4e2m1 (mxfp4, nvfp4) x f8e4m3)",
             hm_dtype_name(l->weight), hm_dtype_name(l->act));
   if (l->out != HM_F16 && l->out != HM_BF16)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: output must be f16 or bf16, not %s", hm_dtype_name(l->out));
@@ -111,8 +121,8 @@ hm_status hm_gemm_f16_acc_check(const hm_gemm_layer_part *l) {
             hm_dtype_name(l->act));
   if (l->group_n != 0)
     HM_FAIL(HM_UNSUPPORTED,
-            "W8A8 GEMM: f16 accumulation is refused for %dx%d block weight scales (per-channel fp8 or mxfp4 "
-            "weights only)",
+            "W8A8 GEMM: f16 accumulation is refused for %dx%d block weight scales (per-channel fp8, mxfp4 "
+            "or nvfp4 weights only)",
             l->group_n, l->group);
   if (l->act_scale != HM_ACT_SCALE_TOKEN)
     HM_FAIL(HM_UNSUPPORTED,
@@ -138,11 +148,12 @@ hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
             "W8A8 GEMM: block scales must be 128x128 on N=%lld, K=%lld multiples of 128 "
             "(blocks %dx%d)",
             (long long)l->n, (long long)l->k, l->group_n, l->group);
-  const bool mx = hm_gemm_w4a8_format(l) == HM_W4_E2M1;
-  if (mx && (l->group != 32 || l->k % 32 != 0))
+  const int fmt = hm_gemm_w4a8_format(l);
+  if (fmt == HM_W4_E2M1 && (l->group != 32 || l->k % 32 != 0))
     HM_FAIL(HM_UNSUPPORTED, "W4A8 mxfp4 GEMM: e8m0 scales per 32 along K=%lld (group %d)", (long long)l->k,
             l->group);
-  if (!block && !mx && l->group != 0) HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: group scales (group %d)", l->group);
+  if (!block && !is_fp4(fmt) && l->group != 0)
+    HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: group scales (group %d)", l->group);
   if (l->act == HM_I8 && !k_scaled(l) && l->k > INT8_MAX_K)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 int8 GEMM: K=%lld above %d would overflow the s32 sums", (long long)l->k,
             INT8_MAX_K);
@@ -176,9 +187,10 @@ static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
 }
 
 /*
- * W4A8 warps widen codes and (mxfp4) convert scales beside two units' sums: ptxas 13.0
+ * W4A8 warps widen codes and (mxfp4, nvfp4) convert scales beside two units' sums: ptxas 13.0
  * spills them in 512-thread CTAs (128 registers a thread; mxfp4 bm128 bn256 bk256 warps
- * 4x4: 992 bytes, int4: 264) and, for mxfp4, with bk 256 (bm64 bn256 warps 2x4: 56 bytes).
+ * 4x4: 992 bytes, int4: 264) and, for mxfp4 and nvfp4, with bk 256 (bm64 bn256 warps 2x4:
+ * mxfp4 56 bytes; nvfp4 88 on sm_90a, whose fp8 MMAs ptxas unpacks into f16 ones).
  */
 static hm_status check_w4a8_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
@@ -187,9 +199,9 @@ static hm_status check_w4a8_tuning(const hm_gemm_config *cfg) {
   if (hm_gemm_config_threads(cfg) > FIT_THREADS)
     HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 GEMM: two units a warp in %d threads (at most %d: ptxas spills)",
             hm_gemm_config_threads(cfg), FIT_THREADS);
-  if (fmt == HM_W4_E2M1 && t->bk > 128)
-    HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 mxfp4 GEMM: two units a warp with bk=%d (at most 128: ptxas spills)",
-            t->bk);
+  if (is_fp4(fmt) && t->bk > 128)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 %s GEMM: two units a warp with bk=%d (at most 128: ptxas spills)",
+            fmt == HM_W4_NVFP4 ? "nvfp4" : "mxfp4", t->bk);
   return HM_OK;
 }
 
@@ -218,7 +230,7 @@ size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 32;
   size_t stage =
-      (size_t)t->bm * t->bk + bn_units * steps * (unit_bytes(&cfg->layer) + mx_unit_bytes(&cfg->layer));
+      (size_t)t->bm * t->bk + bn_units * steps * (unit_bytes(&cfg->layer) + fp4_unit_bytes(&cfg->layer));
   stage = (stage + 127) / 128 * 128;
   const size_t pipe = stage * (size_t)t->stages, red = hm_gemm_red_bytes(t);
   return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, (size_t)hm_gemm_acc_rows(t));

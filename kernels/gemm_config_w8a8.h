@@ -4,8 +4,9 @@
  * (kernels/gemm_w8a8_wgmma.cuh): int8 x int8 with per-channel weight scales, fp8 e4m3 x
  * e4m3 with per-channel or 128x128 block weight scales, both with per-token or 1x128
  * activation scales; W4A8 on the mma.sync one: int4 x int8 per channel, mxfp4 (e2m1 with
- * e8m0 scales per 32) x fp8 e4m3; f16 accumulation on the mma.sync one (compute.f16_acc:
- * per-channel fp8 or mxfp4 weights, per-token scales). Their configs are hm_gemm_configs
+ * e8m0 scales per 32) and nvfp4 (e2m1 with e4m3 scales per 16 and a global scale) x fp8
+ * e4m3; f16 accumulation on the mma.sync one (compute.f16_acc: per-channel fp8, mxfp4 or
+ * nvfp4 weights, per-token scales). Their configs are hm_gemm_configs
  * whose act is 8-bit; the weight-only config code (gemm_config.c, gemm_gen.c,
  * gemm_select.c) hands them here for what differs: the layer's scale layout, legality,
  * shared memory, kernel name.
@@ -18,15 +19,17 @@
 
 /* Whether the config's activations are 8-bit, so that the W8A8 kernel runs it. */
 bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
-/* W4A8 (4-bit weights the W8A8 mma.sync kernel widens): HM_W4_INT4 or HM_W4_E2M1 for i4 or
- * f4e2m1 weights with 8-bit activations, HM_W4_NONE otherwise (hm_w4a8_codes.cuh). */
+/* W4A8 (4-bit weights the W8A8 mma.sync kernel widens): HM_W4_INT4 for i4 weights, HM_W4_E2M1
+ * (mxfp4, group 32) or HM_W4_NVFP4 (group 16) for f4e2m1 ones, with 8-bit activations;
+ * HM_W4_NONE otherwise (hm_w4a8_codes.cuh). */
 int hm_gemm_w4a8_format(const hm_gemm_layer_part *l);
 /* Fills group, group_n and act_scale of out->layer from the public config's scheme. */
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out);
 /* The layer part's legality: types, scale layouts, arch, shape. */
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg);
 /* Whether f16 accumulation suits the layer part: fp8 activations with per-token scales and
- * per-channel fp8 or mxfp4 weights (each layer config with fp16_accumulate, on every backend). */
+ * per-channel fp8, mxfp4 or nvfp4 weights (each layer config with fp16_accumulate, on every
+ * backend). */
 hm_status hm_gemm_f16_acc_check(const hm_gemm_layer_part *l);
 /* What the W8A8 kernel adds to the common tuning rules (gemm_config.c check_tuning). */
 hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg);

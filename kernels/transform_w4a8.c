@@ -22,8 +22,16 @@ bool hm_transform_is_w4a8(const hm_transform_desc *d) {
   return (d->act == HM_I8 && d->weight == HM_I4) || (d->act == HM_F8E4M3 && d->weight == HM_F4E2M1);
 }
 
-static bool is_mx(const hm_transform_desc *d) {
-  return d->weight == HM_F4E2M1;
+/* The kernel's format of d's weights: e2m1 ones are nvfp4 by their e4m3 scales. */
+static int format_of(const hm_transform_desc *d) {
+  if (d->weight != HM_F4E2M1) return HM_W4_INT4;
+  return d->scale == HM_F8E4M3 ? HM_W4_NVFP4 : HM_W4_E2M1;
+}
+
+/* Scale bytes of a unit at one k32 step: e8m0 ones of its 64 columns, e4m3 ones of each K half. */
+static int fp4_unit_bytes(const hm_transform_desc *d) {
+  const int fmt = format_of(d);
+  return fmt == HM_W4_NVFP4 ? 128 : (fmt == HM_W4_E2M1 ? 64 : 0);
 }
 
 static hm_status check_desc(const hm_transform_desc *d) {
@@ -36,13 +44,16 @@ static hm_status check_desc(const hm_transform_desc *d) {
   if (d->n > INT32_MAX || d->k > INT32_MAX) HM_FAIL(HM_UNSUPPORTED, "W4A8 transform: N or K above 2^31");
   if (d->zero_point || d->group_n != 0)
     HM_FAIL(HM_UNSUPPORTED, "W4A8 transform: zero points or block scales");
-  if (is_mx(d) && (d->scale != HM_E8M0 || d->group != 32 || d->k % 32 != 0))
-    HM_FAIL(
-        HM_UNSUPPORTED,
-        "W4A8 transform: e2m1 weights take e8m0 scales per 32 on K a multiple of 32 (mxfp4), not %s per %d "
-        "on K=%lld (nvfp4 has no W4A8 kernel)",
-        hm_dtype_name(d->scale), d->group, (long long)d->k);
-  if (!is_mx(d) && (d->group != 0 || (d->scale != HM_F16 && d->scale != HM_BF16 && d->scale != HM_F32)))
+  const int fmt = format_of(d);
+  if (fmt == HM_W4_E2M1 && (d->scale != HM_E8M0 || d->group != 32 || d->k % 32 != 0))
+    HM_FAIL(HM_UNSUPPORTED,
+            "W4A8 transform: e2m1 weights take e8m0 scales per 32 on K a multiple of 32 (mxfp4) or f8e4m3 "
+            "scales per 16 (nvfp4), not %s per %d on K=%lld",
+            hm_dtype_name(d->scale), d->group, (long long)d->k);
+  if (fmt == HM_W4_NVFP4 && d->group != 16)
+    HM_FAIL(HM_UNSUPPORTED, "W4A8 transform: nvfp4 takes f8e4m3 scales per 16 along K, not per %d", d->group);
+  const bool channel_scale = d->scale == HM_F16 || d->scale == HM_BF16 || d->scale == HM_F32;
+  if (fmt == HM_W4_INT4 && (d->group != 0 || !channel_scale))
     HM_FAIL(HM_UNSUPPORTED, "W4A8 transform: int4 takes f16/bf16/f32 channel scales (%s, group %d)",
             hm_dtype_name(d->scale), d->group);
   return HM_OK;
@@ -57,9 +68,9 @@ hm_status hm_transform_w4a8_sizes_of(const hm_transform_desc *d, hm_transform_si
   const int64_t e = d->experts;
   out->weight_bytes = (size_t)unit_count(d) * 1024;
   out->in_weight_bytes = (size_t)(e * d->n * (d->k / 8)) * 4;
-  if (is_mx(d)) {
-    out->scale_bytes = (size_t)unit_count(d) * 64;
-    out->in_scale_bytes = (size_t)(e * d->n * (d->k / 32));
+  if (fp4_unit_bytes(d) > 0) {
+    out->scale_bytes = (size_t)unit_count(d) * (size_t)fp4_unit_bytes(d);
+    out->in_scale_bytes = (size_t)(e * d->n * (d->k / d->group));
   } else {
     out->scale_bytes = (size_t)(e * d->n) * 4;
     out->in_scale_bytes = (size_t)(e * d->n) * (d->scale == HM_F32 ? 4 : 2);
@@ -73,9 +84,9 @@ static const hm_transform_template source_template = {"transform_w4a8.c", "trans
 
 hm_status hm_transform_w4a8_gen(const hm_transform_desc *d, hm_gemm_source *out) {
   HM_CHECK(check_desc(d));
-  const int fmt = is_mx(d) ? HM_W4_E2M1 : HM_W4_INT4,
-            scale_in = is_mx(d) ? 0 : hm_transform_scale_code(d->scale);
-  snprintf(out->name, sizeof(out->name), "hm_transform_w4a8_%s_s%d", is_mx(d) ? "mxfp4" : "i4", scale_in);
+  static const char *const names[] = {[HM_W4_INT4] = "i4", [HM_W4_E2M1] = "mxfp4", [HM_W4_NVFP4] = "nvfp4"};
+  const int fmt = format_of(d), scale_in = fmt == HM_W4_INT4 ? hm_transform_scale_code(d->scale) : 0;
+  snprintf(out->name, sizeof(out->name), "hm_transform_w4a8_%s_s%d", names[fmt], scale_in);
   char targs[32];
   snprintf(targs, sizeof(targs), "%d, %d", fmt, scale_in);
   return hm_transform_source(&source_template, targs, d->arch, out);
@@ -91,6 +102,6 @@ hm_status hm_transform_w4a8_run(hm_engine *engine, const hm_transform_desc *d, c
   /* Part 0 places the codes, part 1 the scales. */
   HM_CHECK(hm_transform_launch(k, &p, unit_count(d) * 32, engine->sm_count, stream));
   p.part = 1;
-  return hm_transform_launch(k, &p, is_mx(d) ? unit_count(d) * 64 : d->experts * d->n, engine->sm_count,
-                             stream);
+  const int64_t scales = fp4_unit_bytes(d) > 0 ? unit_count(d) * fp4_unit_bytes(d) : d->experts * d->n;
+  return hm_transform_launch(k, &p, scales, engine->sm_count, stream);
 }

@@ -6,7 +6,8 @@
 // hm_w4_pack_word places it (hm_w4a8_codes.cuh), in hm_wlayout<8> word order (two 16-byte
 // loads a lane). Scales: int4 per channel into f32 divided by 16 (its codes widen to 16 q);
 // mxfp4 e8m0 bytes stay bytes, permuted to (E, N/64, K/32) blocks of 64 where lane t of a
-// quad finds its 16 (columns j*8 + 2t, j*8 + 2t + 1 for j = 0..7) at byte 16 t.
+// quad finds its 16 (columns j*8 + 2t, j*8 + 2t + 1 for j = 0..7) at byte 16 t; nvfp4 e4m3
+// bytes the same, two such blocks of 64 a unit and k32 step, one per K half of 16.
 #pragma once
 
 #include "hm_w4a8_codes.cuh"
@@ -14,9 +15,10 @@
 
 struct hm_w4_transform_params {
   const hm_u32 *qweight;  // (E, N, K/8)
-  const void *scales;     // int4: (E, N) in the scale type; mxfp4: (E, N, K/32) e8m0 bytes
+  const void *scales;     // int4: (E, N) in the scale type; mxfp4: (E, N, K/32) e8m0 bytes;
+                          // nvfp4: (E, N, K/16) e4m3 bytes
   hm_u32 *out_weight;     // (E, N/64, K/32, unit)
-  void *out_scales;       // int4: f32 (E, N); mxfp4: bytes (E, N/64, K/32, 64)
+  void *out_scales;       // int4: f32 (E, N); mxfp4: bytes (E, N/64, K/32, 64); nvfp4: (.., 2, 64)
   long long experts;
   int n, k;
   int part;  // 0 weights, 1 scales
@@ -61,18 +63,35 @@ __device__ __forceinline__ void hm_w4_transform_mx_scale(const hm_w4_transform_p
   ((unsigned char *)p.out_scales)[idx] = n < p.n ? in[(e * p.n + n) * k32s + k32] : (unsigned char)127;
 }
 
+// One thread per output byte (expert, unit column, k32, K half, byte), as mxfp4's; the
+// padding (columns past N, the second half of a last k32 step past K) gets 1.0 (0x38).
+__device__ __forceinline__ void hm_w4_transform_nv_scale(const hm_w4_transform_params &p, long long idx) {
+  const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32, k16s = p.k / 16;
+  const int pos = (int)(idx % 128), k32 = (int)(idx / 128 % k32s);
+  const long long unit_e = idx / 128 / k32s;
+  const int unit = (int)(unit_e % n_units);
+  const long long e = unit_e / n_units;
+  const int half = pos / 64, t = pos % 64 / 16, j = pos % 16 / 2, h = pos % 2;
+  const int n = unit * 64 + j * 8 + 2 * t + h, k16 = 2 * k32 + half;
+  const unsigned char *in = (const unsigned char *)p.scales;
+  const bool inside = n < p.n && k16 < k16s;
+  ((unsigned char *)p.out_scales)[idx] = inside ? in[(e * p.n + n) * k16s + k16] : (unsigned char)0x38;
+}
+
 template <int FMT, int SCALE_IN>
 __device__ __forceinline__ void hm_w4_transform_run(const hm_w4_transform_params &p) {
   const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32;
   const long long units = p.experts * n_units * k32s;
   long long total = units * 32;
-  if (p.part == 1) total = FMT == HM_W4_E2M1 ? units * 64 : p.experts * p.n;
+  if (p.part == 1) total = FMT == HM_W4_INT4 ? p.experts * p.n : units * (FMT == HM_W4_NVFP4 ? 128 : 64);
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (long long)gridDim.x * blockDim.x) {
     if (p.part == 0)
       hm_w4_transform_lane<FMT>(p, idx);
     else if constexpr (FMT == HM_W4_E2M1)
       hm_w4_transform_mx_scale(p, idx);
+    else if constexpr (FMT == HM_W4_NVFP4)
+      hm_w4_transform_nv_scale(p, idx);
     else
       ((float *)p.out_scales)[idx] = hm_scale_in<SCALE_IN>(p.scales, idx) * 0.0625f;
   }

@@ -2,7 +2,7 @@
 /*
  * The GPU transform of W4A8 weights (kernels/transform_w4a8.cuh): int4 or e2m1 codes into
  * the 4-bit units the W8A8 mma.sync kernel widens, int4 channel scales into f32 / 16,
- * mxfp4 e8m0 scales into per-unit byte blocks. transform_w8.c hands it descriptors with
+ * mxfp4 e8m0 and nvfp4 e4m3 scales into per-unit byte blocks. transform_w8.c hands it descriptors with
  * 4-bit weights and 8-bit activations; N is padded to 64 and K to 32 with zero codes.
  */
 #ifndef HM_TRANSFORM_W4A8_H

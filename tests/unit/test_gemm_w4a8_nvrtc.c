@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Every W4A8 GEMM variant compiles with NVRTC: int4 x int8 (sm_80, sm_89, sm_90a) and
- * mxfp4 x fp8 e4m3 (sm_89, sm_90a), each with per-token or 1x128 activation scales, f16 or
- * bf16 output, bias; every GEMM type (each plan entry of one, the first (the swapped 8-row
- * tile) and last entries of the others), the swapped tunings the device tests force, on a
- * GEMM type per variant, and the transform kernels. Also the plans (mma.sync only: W4A8 has no
- * wgmma kernel), the refusals (nvfp4, fp8 before sm_89, a forced wgmma tile), the kernel
- * names and the transform's sizes.
+ * Every W4A8 GEMM variant compiles with NVRTC: int4 x int8 (sm_80, sm_89, sm_90a), mxfp4
+ * and nvfp4 (with and without a global scale, and with f16 accumulation) x fp8 e4m3 (sm_89,
+ * sm_90a), each with per-token or 1x128 activation scales, f16 or bf16 output, bias; every
+ * GEMM type (each plan entry of one, the first (the swapped 8-row tile) and last entries of
+ * the others), the swapped tunings the device tests force, on a GEMM type per variant, and
+ * the transform kernels. Also the plans (mma.sync only: W4A8 has no wgmma kernel), the
+ * refusals (e2m1 with other scales, mxfp4 with a global scale, fp8 before sm_89, a forced
+ * wgmma tile, nvfp4 with two units a warp at bk 256), the kernel names and the transform's
+ * sizes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,40 +25,48 @@
 #include "model_presets.h"
 #include "test_gemm_compile.h"
 
+#define MXFP4 \
+  { HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 32, 0, false, false }
+/* gs: the per-expert f32 global scale of nvfp4 checkpoints. */
+#define NVFP4(gs) \
+  { HM_F4E2M1, HM_F8E4M3, HM_SCALE_GROUP, 16, 0, false, gs }
+#define INT4 \
+  { HM_I4, HM_F32, HM_SCALE_CHANNEL, 0, 0, false, false }
+
 typedef struct variant {
-  hm_dtype weight; /* HM_I4 (int8 activations) or HM_F4E2M1 (mxfp4, fp8 activations) */
+  hm_quant_format fmt; /* int4 (int8 activations), mxfp4 or nvfp4 (fp8 activations) */
   hm_act_scale_kind act_scale;
   hm_dtype out;
   bool bias;
+  bool f16_acc;
 } variant;
 
 static const variant variants[] = {
-    {HM_F4E2M1, HM_ACT_SCALE_TOKEN, HM_BF16, false},
-    {HM_F4E2M1, HM_ACT_SCALE_GROUP128, HM_F16, true},
-    {HM_I4, HM_ACT_SCALE_TOKEN, HM_BF16, true},
-    {HM_I4, HM_ACT_SCALE_GROUP128, HM_F16, false},
+    {MXFP4, HM_ACT_SCALE_TOKEN, HM_BF16, false, false},
+    {MXFP4, HM_ACT_SCALE_GROUP128, HM_F16, true, false},
+    {INT4, HM_ACT_SCALE_TOKEN, HM_BF16, true, false},
+    {INT4, HM_ACT_SCALE_GROUP128, HM_F16, false, false},
+    {NVFP4(true), HM_ACT_SCALE_TOKEN, HM_BF16, false, false},
+    {NVFP4(false), HM_ACT_SCALE_GROUP128, HM_F16, true, false},
+    {NVFP4(true), HM_ACT_SCALE_TOKEN, HM_F16, true, true},
 };
-
-static hm_quant_format format_of(hm_dtype weight) {
-  if (weight == HM_F4E2M1) return (hm_quant_format){HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 32, 0, false, false};
-  return (hm_quant_format){HM_I4, HM_F32, HM_SCALE_CHANNEL, 0, 0, false, false};
-}
 
 static hm_layer_config layer_of(const variant *v, int64_t experts) {
   hm_layer_config c = HM_LAYER_CONFIG_INIT;
   c.n = 4096 + 512;
   c.k = 7168;
   c.experts = experts;
-  c.scheme.weight = format_of(v->weight);
-  c.scheme.act = v->weight == HM_I4 ? HM_I8 : HM_F8E4M3;
+  c.scheme.weight = v->fmt;
+  c.scheme.act = v->fmt.weight == HM_I4 ? HM_I8 : HM_F8E4M3;
   c.scheme.act_scale = v->act_scale;
   c.out = v->out;
   c.bias = v->bias;
+  c.fp16_accumulate = v->f16_acc;
   return c;
 }
 
 static bool arch_takes(const variant *v, int arch) {
-  return arch >= (v->weight == HM_I4 ? 80 : 89);
+  return arch >= (v->fmt.weight == HM_I4 ? 80 : 89);
 }
 
 static void every_variant_compiles(void **state) {
@@ -66,7 +76,7 @@ static void every_variant_compiles(void **state) {
   for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
     for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
       if (!arch_takes(&variants[i], archs[a])) continue;
-      const hm_layer_config lc = layer_of(&variants[i], i == 0 ? 1 : 64);
+      const hm_layer_config lc = layer_of(&variants[i], i == 0 || i == 4 ? 1 : 64);
       const hm_gemm_type own = lc.experts == 1 ? HM_GEMM_DENSE : (hm_gemm_type)(1 + i % 3);
       tg_add_layer_plans(&b, &lc, own, archs[a]);
       const hm_gemm_type forced = (hm_gemm_type)((i + a) % 4);
@@ -76,6 +86,7 @@ static void every_variant_compiles(void **state) {
     tg_add_transform_128(&b, HM_I4, HM_BF16, 0, HM_I8, archs[a]);
     if (archs[a] < 89) continue;
     tg_add_transform_128(&b, HM_F4E2M1, HM_E8M0, 32, HM_F8E4M3, archs[a]);
+    tg_add_transform_128(&b, HM_F4E2M1, HM_F8E4M3, 16, HM_F8E4M3, archs[a]);
   }
   tg_compile_all(b.src, b.count, "W4A8 GEMM and transform");
 }
@@ -87,7 +98,7 @@ static void heuristic_plans_compile(void **state) {
   static tg_batch b;
   static char seen[TG_BATCH_MAX][256];
   const char *const profiles[] = {"h200", "l40s"};
-  const char *const quants[] = {"w4a8-mxfp4", "w4a8-int4"};
+  const char *const quants[] = {"w4a8-mxfp4", "w4a8-int4", "w4a8-nvfp4"};
   hm_model_preset preset;
   HM_ASSERT_OK(hm_model_preset_get("deepseek-v3", &preset));
   for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
@@ -170,19 +181,48 @@ static void unsupported_configs_are_refused(void **state) {
   bad = c;
   bad.layer.k = 7168 + 16; /* e8m0 scales per 32 */
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
+  bad = decode_config(&variants[4], 90);
+  bad.layer.k = 7168 + 16; /* nvfp4's last k32 step is half padding */
+  HM_ASSERT_OK(hm_gemm_config_check(&bad));
   bad = c;
   bad.layer.weight = HM_I4; /* int4 takes int8 activations */
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
-  /* nvfp4: e4m3 scales per 16 inside a k32 MMA. */
-  hm_layer_config lc = layer_of(&variants[0], 1);
-  lc.scheme.weight = (hm_quant_format){HM_F4E2M1, HM_F8E4M3, HM_SCALE_GROUP, 16, 0, false, true};
+  /* e2m1 takes e8m0 scales per 32 or e4m3 ones per 16: no scale group is a part of a K half. */
+  const hm_quant_format other_scales[] = {
+      {HM_F4E2M1, HM_F8E4M3, HM_SCALE_GROUP, 32, 0, false, true},
+      {HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 16, 0, false, false},
+      {HM_F4E2M1, HM_BF16, HM_SCALE_GROUP, 32, 0, false, false},
+  };
   hm_gemm_config base;
-  assert_int_equal(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base), HM_UNSUPPORTED);
-  assert_non_null(strstr(hm_last_error(), "nvfp4"));
-  hm_transform_desc d = hm_transform_desc_of(&lc, 90);
   hm_transform_sizes sz;
-  assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_UNSUPPORTED);
+  for (size_t i = 0; i < HM_ARRAY_SIZE(other_scales); i++) {
+    hm_layer_config lc = layer_of(&variants[0], 1);
+    lc.scheme.weight = other_scales[i];
+    assert_int_equal(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base), HM_UNSUPPORTED);
+    assert_non_null(strstr(hm_last_error(), "nvfp4"));
+    const hm_transform_desc d = hm_transform_desc_of(&lc, 90);
+    assert_int_equal(hm_transform_sizes_of(&d, &sz), HM_UNSUPPORTED);
+  }
+  /* nvfp4 keeps mxfp4's limit: two units a warp spill at bk 256. */
+  bad = decode_config(&variants[4], 90);
+  bad.tuning = (hm_gemm_tuning){.bm = 64,
+                                .bn = 256,
+                                .bk = 256,
+                                .warps_m = 2,
+                                .warps_n = 4,
+                                .warps_k = 1,
+                                .stages = 3,
+                                .ctas_per_sm = 1,
+                                .mma = HM_MMA_SYNC};
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "nvfp4"));
+  bad.tuning.bk = 128;
+  HM_ASSERT_OK(hm_gemm_config_check(&bad));
+  /* mxfp4 checkpoints carry no global scale. */
+  hm_layer_config lc = layer_of(&variants[0], 1);
+  lc.scheme.weight.global_scale = true;
+  assert_int_equal(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &base), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "global scale"));
   /* int4 s32 sums of 16 q a: K up to 131072. */
   lc = layer_of(&variants[2], 1);
   lc.k = 262144;
@@ -190,7 +230,8 @@ static void unsupported_configs_are_refused(void **state) {
   assert_int_equal(hm_gemm_select(&base, 1, &c), HM_UNSUPPORTED);
 }
 
-/* The weight format is in the name, and differs from the W8A8 kernel's of the same shape. */
+/* The weight format is in the name, and differs from the W8A8 kernel's of the same shape;
+ * nvfp4's scale group and global scale tell it from mxfp4. */
 static void names_show_the_weight_format(void **state) {
   (void)state;
   char name[256];
@@ -200,6 +241,14 @@ static void names_show_the_weight_format(void **state) {
   c = decode_config(&variants[2], 89);
   hm_gemm_config_name(&c, name, sizeof(name));
   assert_non_null(strstr(name, "_i4_ch"));
+  c = decode_config(&variants[4], 90);
+  assert_int_equal(hm_gemm_w4a8_format(&c.layer), HM_W4_NVFP4);
+  hm_gemm_config_name(&c, name, sizeof(name));
+  assert_non_null(strstr(name, "f4e2m1_g16"));
+  assert_non_null(strstr(name, "_gs_"));
+  c = decode_config(&variants[6], 90);
+  hm_gemm_config_name(&c, name, sizeof(name));
+  assert_non_null(strstr(name, "_acc16"));
 }
 
 /* Units of 32x64 codes (1024 bytes) over N padded to 64 and K to 32; scales per layout. */
@@ -219,6 +268,15 @@ static void transform_sizes_follow_the_layouts(void **state) {
   assert_int_equal(sz.in_weight_bytes, 3 * 200 * 608 / 2);
   assert_int_equal(sz.scale_bytes, 3 * 4 * 19 * 64);
   assert_int_equal(sz.in_scale_bytes, 3 * 200 * 19);
+  /* nvfp4: two K halves of e4m3 scales a unit and k32 step; K = 624 ends in a half step. */
+  d.scale = HM_F8E4M3;
+  d.group = 16;
+  d.k = 624;
+  HM_ASSERT_OK(hm_transform_sizes_of(&d, &sz));
+  assert_int_equal(sz.weight_bytes, 3 * 4 * 20 * 1024);
+  assert_int_equal(sz.in_weight_bytes, 3 * 200 * 624 / 2);
+  assert_int_equal(sz.scale_bytes, 3 * 4 * 20 * 128);
+  assert_int_equal(sz.in_scale_bytes, 3 * 200 * 39);
   d = (hm_transform_desc){
       .weight = HM_I4, .scale = HM_BF16, .act = HM_I8, .n = 200, .k = 592, .experts = 1, .arch = 80};
   HM_ASSERT_OK(hm_transform_sizes_of(&d, &sz));

@@ -45,18 +45,20 @@ static hm_status check_support_matrix(const hm_layer *l) {
 }
 
 /* The W8A8 kernel: i8 (or W4A8 i4) x i8 per channel, f8e4m3 x f8e4m3 per channel or 128x128
- * blocks, W4A8 mxfp4 (f4e2m1 with e8m0 scales per 32) x f8e4m3. */
+ * blocks, W4A8 mxfp4 (f4e2m1 with e8m0 scales per 32) or nvfp4 (f8e4m3 scales per 16, with
+ * or without a global scale) x f8e4m3. */
 static bool w8a8_covered(const hm_quant_scheme *s) {
   const hm_quant_format *w = &s->weight;
   const bool channel = w->scale_kind == HM_SCALE_CHANNEL &&
                        (w->scale == HM_F16 || w->scale == HM_BF16 || w->scale == HM_F32);
   const bool block = w->scale_kind == HM_SCALE_BLOCK && w->scale == HM_F32 && w->group_n == 128 &&
                      w->group_k == 128;
-  const bool mxfp4 = w->weight == HM_F4E2M1 && w->scale == HM_E8M0 && w->scale_kind == HM_SCALE_GROUP &&
-                     w->group_k == 32 && !w->global_scale;
+  const bool e2m1 = w->weight == HM_F4E2M1 && w->scale_kind == HM_SCALE_GROUP;
+  const bool mxfp4 = e2m1 && w->scale == HM_E8M0 && w->group_k == 32 && !w->global_scale;
+  const bool nvfp4 = e2m1 && w->scale == HM_F8E4M3 && w->group_k == 16;
   const bool types = (s->act == HM_I8 && (w->weight == HM_I8 || w->weight == HM_I4) && channel) ||
                      (s->act == HM_F8E4M3 && w->weight == HM_F8E4M3 && (channel || block)) ||
-                     (s->act == HM_F8E4M3 && mxfp4);
+                     (s->act == HM_F8E4M3 && (mxfp4 || nvfp4));
   return types && !w->zero_point && (s->act_scale == HM_ACT_SCALE_TOKEN || s->act_scale == HM_ACT_SCALE_GROUP128);
 }
 
@@ -69,9 +71,8 @@ static hm_status check_kernel_coverage(const hm_layer *l) {
     HM_FAIL(HM_UNSUPPORTED,
             "no CUDA kernel for scheme '%s' yet: the W8A8 GEMM takes i8 or i4 weights with i8 "
             "activations and per-channel scales, f8e4m3 weights with f8e4m3 activations and per-channel or "
-            "128x128 f32 block scales, or mxfp4 weights (e8m0 per 32) with f8e4m3 activations, each with "
-            "per-token or 1x128 activation scales (no nvfp4 with 8-bit activations: its per-16 scales change "
-            "inside a k32 MMA)",
+            "128x128 f32 block scales, or mxfp4 (e8m0 per 32) or nvfp4 (f8e4m3 per 16) weights with f8e4m3 "
+            "activations, each with per-token or 1x128 activation scales",
             name);
   }
   const bool act16 = s->act == HM_F16 || s->act == HM_BF16;

@@ -34,8 +34,8 @@ typedef struct hm_layer_config {
   bool bias;              /* a bias (E, N) in the output type */
   bool batch_invariant;   /* a row's result does not depend on M */
   /* fp8 activations on CUDA: each k32 MMA sums in f16, then in f32 (GeForce Ada runs it at
-   * twice the f32 rate; data-center Ada and Hopper at the same). For per-channel fp8 or
-   * mxfp4 weights with per-token activation scales; refused for block scales, 1x128
+   * twice the f32 rate; data-center Ada and Hopper at the same). For per-channel fp8,
+   * mxfp4 or nvfp4 weights with per-token activation scales; refused for block scales, 1x128
    * activation scales and int8. Off by default; the host reference always sums in f32. */
   bool fp16_accumulate;
 } hm_layer_config;

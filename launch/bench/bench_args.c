@@ -26,8 +26,8 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
        "kernel: indexed|contiguous|masked|dense; else auto|indexed|contiguous|masked", NULL},
       {"--gemm", HM_OPT_STR, o->gemm_name, 0, 0, "G", "kernel mode: gate_up | down", NULL},
       {"--acc", HM_OPT_STR, o->acc_name, 0, 0, "A",
-       "kernel mode: f32 | f16 accumulation of fp8 MMAs (f16: per-channel or mxfp4 weights, per-token "
-       "scales)",
+       "kernel mode: f32 | f16 accumulation of fp8 MMAs (f16: per-channel, mxfp4 or nvfp4 weights, "
+       "per-token scales)",
        NULL},
       {"--plan", HM_OPT_STR, o->plan_name, 0, 0, "P",
        "kernel mode: kernel tables from auto|heuristic|tuned|default, all three side by side, or one "
@@ -203,7 +203,8 @@ static bool resolve(hm_bench_opts *o) {
   else if (strcmp(o->acc_name, "f32") != 0 && strcmp(o->acc_name, "f16") != 0)
     bad = "--acc: expected f32 or f16";
   else if (o->fp16_accumulate && (!kernel || o->scheme.act != HM_F8E4M3))
-    bad = "--acc f16 is a kernel-mode option of fp8 activations (--quant w8a8-fp8-ch or w4a8-mxfp4)";
+    bad = "--acc f16 is a kernel-mode option of fp8 activations (--quant w8a8-fp8-ch, w4a8-mxfp4 or "
+          "w4a8-nvfp4)";
   else if (o->plan_name[0] && strcmp(o->plan_name, "all") &&
            hm_plan_source_parse(o->plan_name, &plan) != HM_OK)
     bad = "--plan: expected auto, heuristic, tuned, default, all or a kernel tuning";

@@ -27,7 +27,7 @@ typedef struct w8_case {
   hm_act_scale_kind act_scale;
   hm_dtype out;
   bool bias;
-  bool adversarial; /* scales from 2^-20..2^20 */
+  bool adversarial; /* scales over their range (make_scales_adversarial) */
   int64_t n, k, experts;
 } w8_case;
 
@@ -67,12 +67,21 @@ typedef struct w8_layer {
   bool f16_acc; /* hm_layer_config.fp16_accumulate */
 } w8_layer;
 
-/* Every e8m0 scale 2^(-20..20), or every int4 channel scale times that. */
+/* Every e8m0 scale 2^(-20..20); every nvfp4 e4m3 scale any positive code (2^-9..448,
+ * subnormals included) and each global scale times 2^(-10..10); or every int4 channel
+ * scale times 2^(-20..20). */
 static inline void make_scales_adversarial(hm_rng *rng, const w8_case *c, hm_host_weights *w) {
-  if (c->fmt.weight == HM_F4E2M1) {
-    uint8_t *s = w->scales;
+  uint8_t *s = w->scales;
+  if (c->fmt.scale == HM_E8M0) {
     for (int64_t i = 0; i < c->experts * c->n * (c->k / 32); i++)
       s[i] = (uint8_t)(127 - 20 + (int)(hm_rng_next(rng) % 41));
+    return;
+  }
+  if (c->fmt.weight == HM_F4E2M1) {
+    for (int64_t i = 0; i < c->experts * c->n * (c->k / 16); i++)
+      s[i] = (uint8_t)(1 + hm_rng_next(rng) % 126);
+    for (int64_t e = 0; c->fmt.global_scale && e < c->experts; e++)
+      w->global_scale[e] *= ldexpf(1.0f, -10 + (int)(hm_rng_next(rng) % 21));
     return;
   }
   for (int64_t i = 0; i < c->experts * c->n; i++) {

@@ -9,8 +9,8 @@
  * must be written, no other. On sm_90 the same cases run again with the wgmma kernel
  * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes, and
  * again with its warp-specialized form (gemm_w8a8_ws.cuh). f16 accumulation
- * (hm_layer_config.fp16_accumulate): fp8 per-channel and mxfp4 weights with per-token
- * scales, dense and the MoE layouts, and every code at 448, within a looser bound. The
+ * (hm_layer_config.fp16_accumulate): fp8 per-channel, mxfp4 and nvfp4 weights with per-token
+ * scales, dense and the MoE layouts, and every code at its largest, within a looser bound. The
  * swapped 8-row tile forced on every case and GEMM type (gemm_w8a8_util.h w8_swap8_test),
  * with f32 and f16 accumulation.
  */
@@ -45,24 +45,33 @@ static const w8_case moe_cases[] = {
      328, 400, 6},
 };
 
-/* f16 accumulation: per-channel fp8 (f32 and bf16 scales) or mxfp4 weights, per-token scales. */
+/* f16 accumulation: per-channel fp8 (f32 and bf16 scales), mxfp4 or nvfp4 weights, per-token
+ * scales. */
 #define MXFP4 \
   { HM_F4E2M1, HM_E8M0, HM_SCALE_GROUP, 32, 0, false, false }
+#define NVFP4 \
+  { HM_F4E2M1, HM_F8E4M3, HM_SCALE_GROUP, 16, 0, false, true }
 static const w8_case acc16_dense_cases[] = {
     {"dense fp8 channel tok bf16 bias acc16", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN,
      HM_BF16, true, false, 712, 720, 1},
     {"dense fp8 channel tok f16 acc16", CHANNEL(HM_F8E4M3, HM_BF16), HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16,
      false, false, 520, 1040, 1},
     {"dense mxfp4 tok bf16 acc16", MXFP4, HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_BF16, false, false, 456, 736, 1},
+    {"dense nvfp4 tok bf16 acc16", NVFP4, HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_BF16, false, false, 456, 720, 1},
 };
 static const w8_case acc16_moe_cases[] = {
     {"moe fp8 channel tok f16 bias acc16", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16,
      true, false, 456, 528, 8},
+    {"moe nvfp4 tok f16 bias acc16", NVFP4, HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_F16, true, false, 328, 656,
+     8},
 };
-/* Every code of A and W at 448: 32 products of 448 x 448 a k32 MMA, the most f16 must hold. */
+/* Every code of A and W at its largest: 32 products of 448 x 448 a k32 MMA, the most f16 must
+ * hold, and for nvfp4 16 of 448 x 6 (widened: 6 x 2^-6) a K half. */
 static const w8_case acc16_saturated_cases[] = {
     {"dense fp8 channel tok bf16 acc16 all 448", CHANNEL(HM_F8E4M3, HM_F32), HM_F8E4M3, HM_ACT_SCALE_TOKEN,
      HM_BF16, false, false, 264, 1024, 1},
+    {"dense nvfp4 tok bf16 acc16 all largest", NVFP4, HM_F8E4M3, HM_ACT_SCALE_TOKEN, HM_BF16, false, false,
+     264, 1040, 1},
 };
 
 static const int64_t wgmma_m_list[] = {7, 333, 1027};
@@ -150,8 +159,9 @@ static bool f16_acc_or_skip(void) {
   return false;
 }
 
-/* Weights of +-1/20 by column and activations of 1: every code 448, so that each k32 MMA
- * sums 32 x 448 x 448 (f16 would overflow without the kernel's 2^-7 on A). */
+/* Weights of +-1/20 by column and activations of 1: every code at its largest (448; nvfp4: 6
+ * under e4m3 scales of 448), so that each k32 MMA sums 32 x 448 x 448 (f16 would overflow
+ * without the kernel's 2^-7 on A). */
 static bool f16_acc_saturated(const w8_case *c, int64_t m) {
   float *w = gt_alloc((size_t)(c->n * c->k) * sizeof(float));
   for (int64_t i = 0; i < c->n * c->k; i++) w[i] = (i / c->k) % 2 ? -0.05f : 0.05f;

@@ -237,7 +237,7 @@ static void w8a8_moves_to_wgmma_with_rows_per_expert(void **state) {
 static void w8a8_decode_takes_the_swapped_tile(void **state) {
   (void)state;
   const char *const decode_profiles[] = {"h200", "l40s"};
-  const char *const w8a8[] = {"w4a8-mxfp4", "w4a8-int4", "w8a8-fp8", "w8a8-int8"};
+  const char *const w8a8[] = {"w4a8-mxfp4", "w4a8-nvfp4", "w4a8-int4", "w8a8-fp8", "w8a8-int8"};
   const int64_t shapes[][2] = {{4096, 7168}, {7168, 2048}}; /* gate_up, down */
   for (size_t pi = 0; pi < HM_ARRAY_SIZE(decode_profiles); pi++) {
     hm_device_profile p;

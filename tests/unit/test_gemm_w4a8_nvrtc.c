@@ -167,15 +167,7 @@ static void unsupported_configs_are_refused(void **state) {
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
   assert_non_null(strstr(hm_last_error(), "sm_89"));
   bad = c;
-  bad.tuning = (hm_gemm_tuning){.bm = 64,
-                                .bn = 128,
-                                .bk = 128,
-                                .warps_m = 1,
-                                .warps_n = 8,
-                                .warps_k = 1,
-                                .stages = 4,
-                                .ctas_per_sm = 1,
-                                .mma = HM_MMA_WGMMA};
+  HM_ASSERT_OK(hm_gemm_tuning_parse("bm64_bn128_bk128_w1x8x1_s4_dp_c1_wgmma", &bad.tuning));
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "no wgmma kernel"));
   bad = c;
@@ -205,15 +197,7 @@ static void unsupported_configs_are_refused(void **state) {
   }
   /* nvfp4 keeps mxfp4's limit: two units a warp spill at bk 256. */
   bad = decode_config(&variants[4], 90);
-  bad.tuning = (hm_gemm_tuning){.bm = 64,
-                                .bn = 256,
-                                .bk = 256,
-                                .warps_m = 2,
-                                .warps_n = 4,
-                                .warps_k = 1,
-                                .stages = 3,
-                                .ctas_per_sm = 1,
-                                .mma = HM_MMA_SYNC};
+  HM_ASSERT_OK(hm_gemm_tuning_parse("bm64_bn256_bk256_w2x4x1_s3_dp_c1", &bad.tuning));
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "nvfp4"));
   bad.tuning.bk = 128;

@@ -72,8 +72,8 @@ static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls
   static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* W8A8 keeps a stage's partial sums beside the accumulators: 64 columns a warpgroup, two
    * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. Not the
-   * warp-specialized kernel: it ran at half this one's rate on the H200 (docs/PERF.md,
-   * 2026-12-03 third session, call 3). */
+   * warp-specialized kernel: 0.95-1.02x this one's rate on the H200 (docs/PERF.md,
+   * 2026-12-03 sixth session). */
   static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
   static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
   if (hm_gemm_is_w8a8(&base->layer)) return cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;

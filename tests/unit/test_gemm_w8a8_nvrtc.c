@@ -101,7 +101,7 @@ static void plans_are_legal(void **state) {
             const bool wgmma = archs[a] == 90 && !inv && m_lo >= 32 * experts;
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
-            assert_false(c->tuning.ws); /* measured at half the rate of the plain wgmma kernel */
+            assert_false(c->tuning.ws); /* measured at 0.95-1.02x the plain wgmma kernel: no gain */
             assert_int_equal(c->tuning.bm == 8, j == 0 && !inv);
             if (c->tuning.bm == 8) assert_true(plan.m_hi[0] == 8 * experts);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)

@@ -364,7 +364,7 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_int_equal(large.tuning.bk, 128);
       assert_int_equal(large.tuning.bm, 128);
-      assert_false(mid.tuning.ws || large.tuning.ws); /* half the rate on the H200 */
+      assert_false(mid.tuning.ws || large.tuning.ws); /* 0.87-0.97x the plain kernel on the H200 */
       base.arch = 89;
       HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
       assert_int_equal(large.tuning.mma, HM_MMA_SYNC);

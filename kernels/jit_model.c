@@ -50,11 +50,16 @@ static bool known(const hm_model_kernels *k, const char *name) {
 }
 
 /* Generates the plan of one layer and GEMM type, keeping kernels not seen before. */
-static hm_status add_plan(const hm_layer_config *lc, hm_gemm_type type, int arch, hm_model_kernels *out) {
-  hm_gemm_config base;
+static hm_status add_plan(const hm_model_kernel_request *req, const hm_layer_config *lc, hm_gemm_type type,
+                          hm_model_kernels *out) {
   hm_gemm_plan plan;
-  HM_CHECK(hm_gemm_config_from_layer(lc, type, arch, &base));
-  HM_CHECK(hm_gemm_plan_make(&base, &plan));
+  if (req->plan != NULL) {
+    HM_CHECK(req->plan(req->plan_ctx, lc, type, req->arch, &plan));
+  } else {
+    hm_gemm_config base;
+    HM_CHECK(hm_gemm_config_from_layer(lc, type, req->arch, &base));
+    HM_CHECK(hm_gemm_plan_make(&base, &plan));
+  }
   hm_gemm_source *grown = realloc(out->items, (size_t)(out->count + plan.count) * sizeof(*grown));
   if (grown == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "%d kernel sources", out->count + plan.count);
   out->items = grown;
@@ -92,7 +97,7 @@ hm_status hm_model_kernels_make(const hm_model_kernel_request *req, hm_model_ker
     lc.bias = p.expert_bias && shapes[s].experts > 1;
     bool moe = shapes[s].experts > 1;
     const hm_gemm_type *types = moe ? moe_types : dense_types;
-    for (int t = 0; t < (moe ? 3 : 1); t++) HM_CHECK_GOTO(add_plan(&lc, types[t], req->arch, out), fail);
+    for (int t = 0; t < (moe ? 3 : 1); t++) HM_CHECK_GOTO(add_plan(req, &lc, types[t], out), fail);
   }
   /* src.name points into each item, and the array moved as it grew. */
   for (int i = 0; i < out->count; i++) out->items[i].src.name = out->items[i].name;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * humming-moe precompile: compiles every kernel a model needs into the node's cache
+ * humming-moe precompile: compiles every kernel a model needs into the node's cache, from
+ * the kernel tables its layers will plan (HUMMING_GEMM_PLAN, the device, the tuning table),
  * before serving starts, and with --stats measures the compiler and the cache (cold
  * compile per kernel on one thread, warm load from disk, in-process hit).
  */
@@ -10,7 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "common/options.h"
+#include "engine.h"
+#include "heuristics/choose_engine.h"
 #include "kernels/jit.h"
 #include "kernels/jit_model.h"
 
@@ -165,14 +169,43 @@ static int compile_all(const precompile_opts *o, const hm_model_kernels *k) {
   return st == HM_OK ? 0 : 1;
 }
 
+/* Where the layers on this node will take their kernel tables from. */
+typedef struct precompile_plan {
+  hm_engine *engine;
+  hm_plan_source source;
+} precompile_plan;
+
+static hm_status layer_plan(void *ctx, const hm_layer_config *lc, hm_gemm_type type, int arch, hm_gemm_plan *out) {
+  const precompile_plan *c = ctx;
+  hm_layer_plan lp;
+  HM_CHECK(hm_heuristics_layer_plan(c->engine, lc, type, arch, c->source, &lp));
+  *out = lp.plan;
+  return HM_OK;
+}
+
+/* The kernels of the tables that HUMMING_GEMM_PLAN makes layers run on this node's device
+ * (or HUMMING_DEVICE_PROFILE's on the host): the cost model ranks on the device, the
+ * tuning table is the node's. */
+static hm_status plan_kernels(hm_model_kernel_request *req, hm_model_kernels *k) {
+  hm_engine_config ec = HM_ENGINE_CONFIG_INIT;
+  precompile_plan c = {NULL, HM_PLAN_AUTO};
+  HM_CHECK(hm_plan_source_from_env(&c.source));
+  HM_CHECK(hm_engine_create(&ec, &c.engine));
+  req->plan = layer_plan;
+  req->plan_ctx = &c;
+  hm_status st = hm_model_kernels_make(req, k);
+  hm_engine_destroy(c.engine);
+  return st;
+}
+
 int hm_cli_precompile(int argc, char **argv) {
   precompile_opts o = {.model = "deepseek-v3", .quant = "w4a16", .arch = "sm_90", .tp = 1, .ep = 1};
   int arch = 0;
   int rc = parse(argc, argv, &o, &arch);
   if (rc >= 0) return rc;
-  hm_model_kernel_request req = {o.model, o.quant, arch, (int)o.tp, (int)o.ep};
+  hm_model_kernel_request req = {o.model, o.quant, arch, (int)o.tp, (int)o.ep, NULL, NULL};
   hm_model_kernels k;
-  if (hm_model_kernels_make(&req, &k) != HM_OK) {
+  if (plan_kernels(&req, &k) != HM_OK) {
     fprintf(stderr, "humming-moe precompile: %s\n", hm_last_error());
     return EXIT_USAGE;
   }

@@ -2,7 +2,8 @@
 /*
  * The real GEMM kernels of kernels/ compile with NVRTC for sm_80, sm_89 and sm_90a, and
  * their launch metadata reads back from the cubin; the kernel list of a model (what
- * precompile compiles) covers every layer and GEMM type once.
+ * precompile compiles) covers every layer and GEMM type once, with the kernels of the plan
+ * it is given.
  */
 #include <elf.h>
 #include <string.h>
@@ -52,7 +53,7 @@ static void gemm_compiles_for_sm80_sm89_sm90a(void **state) {
 
 static void model_kernel_list_covers_every_gemm(void **state) {
   (void)state;
-  hm_model_kernel_request req = {"deepseek-v3", "w4a16", 90, 1, 1};
+  hm_model_kernel_request req = {"deepseek-v3", "w4a16", 90, 1, 1, NULL, NULL};
   hm_model_kernels k;
   HM_ASSERT_OK(hm_model_kernels_make(&req, &k));
   int idx = 0, gcont = 0, masked = 0, dense = 0;
@@ -82,10 +83,47 @@ static void model_kernel_list_covers_every_gemm(void **state) {
   assert_int_equal(hm_model_kernels_make(&req, &k), HM_INVALID_ARGUMENT);
 }
 
+/* One fixed kernel for every GEMM, counting the layers and types it is asked for. */
+static hm_status one_kernel_plan(void *ctx, const hm_layer_config *lc, hm_gemm_type type, int arch,
+                                 hm_gemm_plan *out) {
+  int *calls = ctx;
+  ++*calls;
+  memset(out, 0, sizeof(*out));
+  HM_CHECK(hm_gemm_config_from_layer(lc, type, arch, &out->cfg[0]));
+  out->count = 1;
+  out->m_hi[0] = INT64_MAX;
+  return hm_gemm_tuning_parse("bm64_bn256_bk128_w1x4x2_s4_sk4_c1", &out->cfg[0].tuning);
+}
+
+static hm_status refusing_plan(void *ctx, const hm_layer_config *lc, hm_gemm_type type, int arch,
+                               hm_gemm_plan *out) {
+  (void)ctx, (void)lc, (void)type, (void)arch, (void)out;
+  HM_FAIL(HM_UNSUPPORTED, "no plan for this test");
+}
+
+/* The request's plan (humming-moe precompile passes the layers' plan source) decides every
+ * kernel, one call per layer and GEMM type; its failure is the list's. */
+static void model_kernel_list_follows_the_plan(void **state) {
+  (void)state;
+  int calls = 0;
+  hm_model_kernel_request req = {"deepseek-v3", "w4a16", 90, 1, 1, one_kernel_plan, &calls};
+  hm_model_kernels k;
+  HM_ASSERT_OK(hm_model_kernels_make(&req, &k));
+  /* Routed experts: gate_up and down in three layouts; dense: shared experts and MLP layers. */
+  assert_true(calls >= 8);
+  assert_int_equal(k.count, calls);
+  for (int i = 0; i < k.count; i++) assert_non_null(strstr(k.items[i].name, "_m64n256k128_w1x4x2_s4_sk4_c1"));
+  hm_model_kernels_free(&k);
+  req.plan = refusing_plan;
+  assert_int_equal(hm_model_kernels_make(&req, &k), HM_UNSUPPORTED);
+  assert_non_null(strstr(hm_last_error(), "no plan for this test"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(gemm_compiles_for_sm80_sm89_sm90a, tj_setup, tj_teardown),
       cmocka_unit_test(model_kernel_list_covers_every_gemm),
+      cmocka_unit_test(model_kernel_list_follows_the_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

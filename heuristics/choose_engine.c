@@ -165,7 +165,9 @@ static hm_status pinned_plan(hm_engine *engine, const plan_ctx *c, hm_layer_plan
   if (hm_gemm_config_check(&cfg) != HM_OK)
     HM_FAIL(HM_INVALID_ARGUMENT, "pinned GEMM kernel %s for %s: %s", name, c->key, hm_last_error());
   if (!hm_choose_tuning_legal(&c->base, &t, &p))
-    HM_FAIL(HM_INVALID_ARGUMENT, "pinned GEMM kernel %s for %s: not within %s's shared memory or registers",
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "pinned GEMM kernel %s for %s: outside what the candidates admit on %s (warp tiles, registers, "
+            "shared memory or threads an SM)",
             name, c->key, p.name);
   push(out, &c->base, INT64_MAX, &t, HM_PLAN_PINNED);
   HM_WARN(GEMM, "kernel table of %s: pinned to %s for every M (HUMMING_GEMM_PLAN)", c->key, name);

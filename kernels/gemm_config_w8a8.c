@@ -38,8 +38,7 @@ static size_t unit_bytes(const hm_gemm_layer_part *l) {
 }
 
 static size_t fp4_unit_bytes(const hm_gemm_layer_part *l) {
-  const int fmt = hm_gemm_w4a8_format(l);
-  return fmt == HM_W4_NVFP4 ? 128 : (fmt == HM_W4_E2M1 ? 64 : 0);
+  return 64 * (size_t)hm_w4_scale_parts(hm_gemm_w4a8_format(l));
 }
 
 /* Scales that change along K (128x128 weight blocks, 1x128 activation groups): the kernel

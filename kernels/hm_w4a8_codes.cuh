@@ -32,6 +32,13 @@
 #define HM_W4_E2M1 2   // mxfp4: e8m0 scales per 32 along K
 #define HM_W4_NVFP4 3  // e4m3 scales per 16 along K, an f32 global scale
 
+// Scale blocks of a unit at one k32 step, 64 bytes each, one byte a column
+// (transform_w4a8.cuh): one for mxfp4 (e8m0 per 32 along K), one a K half for nvfp4 (e4m3
+// per 16); none for int4, whose scales are per channel.
+HM_W4_FN int hm_w4_scale_parts(int fmt) {
+  return fmt == HM_W4_NVFP4 ? 2 : (fmt == HM_W4_E2M1 ? 1 : 0);
+}
+
 // Places the b0 code lo and the b1 code hi (4-bit each) into one byte.
 HM_W4_FN unsigned hm_w4_pack_byte(int fmt, unsigned lo, unsigned hi) {
   lo &= 0xfu, hi &= 0xfu;

@@ -30,8 +30,7 @@ static int format_of(const hm_transform_desc *d) {
 
 /* Scale bytes of a unit at one k32 step: e8m0 ones of its 64 columns, e4m3 ones of each K half. */
 static int fp4_unit_bytes(const hm_transform_desc *d) {
-  const int fmt = format_of(d);
-  return fmt == HM_W4_NVFP4 ? 128 : (fmt == HM_W4_E2M1 ? 64 : 0);
+  return 64 * hm_w4_scale_parts(format_of(d));
 }
 
 static hm_status check_desc(const hm_transform_desc *d) {

@@ -50,32 +50,23 @@ __device__ __forceinline__ void hm_w4_transform_lane(const hm_w4_transform_param
   }
 }
 
-// One thread per output byte (expert, unit column, k32, byte); padding gets 2^0.
-__device__ __forceinline__ void hm_w4_transform_mx_scale(const hm_w4_transform_params &p, long long idx) {
-  const int n_units = (p.n + 63) / 64, k32s = p.k / 32;
-  const int pos = (int)(idx % 64), k32 = (int)(idx / 64 % k32s);
-  const long long unit_e = idx / 64 / k32s;
+// One thread per output byte (expert, unit column, k32, scale block, byte) of an e2m1
+// format's scales: a block per scale group along the k32 step (hm_w4_scale_parts). The
+// padding (columns past N; nvfp4: the second half of a last k32 step past K) gets 1.0:
+// e8m0 127, e4m3 0x38.
+template <int FMT>
+__device__ __forceinline__ void hm_w4_transform_fp4_scale(const hm_w4_transform_params &p, long long idx) {
+  const int parts = hm_w4_scale_parts(FMT), bytes = 64 * parts;
+  constexpr unsigned char one = FMT == HM_W4_NVFP4 ? 0x38 : 127;
+  const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32, groups = p.k / (32 / parts);
+  const int pos = (int)(idx % bytes), k32 = (int)(idx / bytes % k32s);
+  const long long unit_e = idx / bytes / k32s;
   const int unit = (int)(unit_e % n_units);
   const long long e = unit_e / n_units;
-  const int t = pos / 16, j = pos % 16 / 2, h = pos % 2;
-  const int n = unit * 64 + j * 8 + 2 * t + h;
+  const int part = pos / 64, t = pos % 64 / 16, j = pos % 16 / 2, h = pos % 2;
+  const int n = unit * 64 + j * 8 + 2 * t + h, g = parts * k32 + part;
   const unsigned char *in = (const unsigned char *)p.scales;
-  ((unsigned char *)p.out_scales)[idx] = n < p.n ? in[(e * p.n + n) * k32s + k32] : (unsigned char)127;
-}
-
-// One thread per output byte (expert, unit column, k32, K half, byte), as mxfp4's; the
-// padding (columns past N, the second half of a last k32 step past K) gets 1.0 (0x38).
-__device__ __forceinline__ void hm_w4_transform_nv_scale(const hm_w4_transform_params &p, long long idx) {
-  const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32, k16s = p.k / 16;
-  const int pos = (int)(idx % 128), k32 = (int)(idx / 128 % k32s);
-  const long long unit_e = idx / 128 / k32s;
-  const int unit = (int)(unit_e % n_units);
-  const long long e = unit_e / n_units;
-  const int half = pos / 64, t = pos % 64 / 16, j = pos % 16 / 2, h = pos % 2;
-  const int n = unit * 64 + j * 8 + 2 * t + h, k16 = 2 * k32 + half;
-  const unsigned char *in = (const unsigned char *)p.scales;
-  const bool inside = n < p.n && k16 < k16s;
-  ((unsigned char *)p.out_scales)[idx] = inside ? in[(e * p.n + n) * k16s + k16] : (unsigned char)0x38;
+  ((unsigned char *)p.out_scales)[idx] = n < p.n && g < groups ? in[(e * p.n + n) * groups + g] : one;
 }
 
 template <int FMT, int SCALE_IN>
@@ -83,15 +74,13 @@ __device__ __forceinline__ void hm_w4_transform_run(const hm_w4_transform_params
   const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32;
   const long long units = p.experts * n_units * k32s;
   long long total = units * 32;
-  if (p.part == 1) total = FMT == HM_W4_INT4 ? p.experts * p.n : units * (FMT == HM_W4_NVFP4 ? 128 : 64);
+  if (p.part == 1) total = FMT == HM_W4_INT4 ? p.experts * p.n : units * 64 * hm_w4_scale_parts(FMT);
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (long long)gridDim.x * blockDim.x) {
     if (p.part == 0)
       hm_w4_transform_lane<FMT>(p, idx);
-    else if constexpr (FMT == HM_W4_E2M1)
-      hm_w4_transform_mx_scale(p, idx);
-    else if constexpr (FMT == HM_W4_NVFP4)
-      hm_w4_transform_nv_scale(p, idx);
+    else if constexpr (FMT != HM_W4_INT4)
+      hm_w4_transform_fp4_scale<FMT>(p, idx);
     else
       ((float *)p.out_scales)[idx] = hm_scale_in<SCALE_IN>(p.scales, idx) * 0.0625f;
   }

@@ -375,14 +375,21 @@ static inline void w8_cases_test(const char *seed, const w8_case *cases, size_t 
  * several 8-row m-tiles a tile column (M 64, 333). */
 static const int64_t swap8_m_list[] = {1, 3, 8, 64, 333};
 
-/* The swapped 8-row tunings (hm_swap8_tunings.h) forced on every GEMM type of the cases at
- * swap8_m_list: fails naming how many runs of what were out of bound. */
-static inline void w8_swap8_test(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
-                                 bool f16_acc, const char *what) {
-  const w8_forced_plan plan = {hm_swap8_tunings, HM_ARRAY_SIZE(hm_swap8_tunings), swap8_m_list,
-                               HM_ARRAY_SIZE(swap8_m_list)};
+/* tunings forced on every GEMM type of the cases at swap8_m_list: fails naming how many runs
+ * of what were out of bound. */
+static inline void w8_forced_test(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
+                                  bool f16_acc, const hm_gemm_tuning *tunings, size_t tuning_count,
+                                  const char *what) {
+  const w8_forced_plan plan = {tunings, tuning_count, swap8_m_list, HM_ARRAY_SIZE(swap8_m_list)};
   const int failed = w8_plan_run(seed, cases, count, layouts, f16_acc, &plan);
   if (failed) fail_msg("%d %s cases out of bound", failed, what);
+}
+
+/* The swapped 8-row tunings (hm_swap8_tunings.h), forced as w8_forced_test forces them. */
+static inline void w8_swap8_test(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
+                                 bool f16_acc, const char *what) {
+  w8_forced_test(seed, cases, count, layouts, f16_acc, hm_swap8_tunings, HM_ARRAY_SIZE(hm_swap8_tunings),
+                 what);
 }
 
 #endif

@@ -86,25 +86,16 @@ static const hm_gemm_tuning std_tunings[] = {
     {32, 128, 64, 2, 2, 1, 4, true, 1, 1, HM_MMA_SYNC, false},  /* bk 64, one-iteration Stream-K */
 };
 
-/* The cases on std_tunings at swap8_m_list: fails naming how many runs of what were out of bound. */
-static void std_tiles_test(const char *seed, const w8_case *cases, size_t count, w8_layouts layouts,
-                           const char *what) {
-  const w8_forced_plan plan = {std_tunings, HM_ARRAY_SIZE(std_tunings), swap8_m_list,
-                               HM_ARRAY_SIZE(swap8_m_list)};
-  const int failed = w8_plan_run(seed, cases, count, layouts, false, &plan);
-  if (failed) fail_msg("%d %s cases out of bound", failed, what);
-}
-
 static void std_tiles_dense_match_reference(void **state) {
   (void)state;
-  std_tiles_test("w4a8_std_tiles_dense_matches_reference", dense_cases, HM_ARRAY_SIZE(dense_cases), W8_DENSE,
-                 "dense W4A8 standard-tile");
+  w8_forced_test("w4a8_std_tiles_dense_matches_reference", dense_cases, HM_ARRAY_SIZE(dense_cases), W8_DENSE,
+                 false, std_tunings, HM_ARRAY_SIZE(std_tunings), "dense W4A8 standard-tile");
 }
 
 static void std_tiles_moe_layouts_match_reference(void **state) {
   (void)state;
-  std_tiles_test("w4a8_std_tiles_moe_layouts_match_reference", moe_cases, HM_ARRAY_SIZE(moe_cases), W8_MOE,
-                 "MoE W4A8 standard-tile");
+  w8_forced_test("w4a8_std_tiles_moe_layouts_match_reference", moe_cases, HM_ARRAY_SIZE(moe_cases), W8_MOE,
+                 false, std_tunings, HM_ARRAY_SIZE(std_tunings), "MoE W4A8 standard-tile");
 }
 
 int main(void) {

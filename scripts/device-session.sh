@@ -156,11 +156,21 @@ if has ncu; then
     --section WarpStateStats --section MemoryWorkloadAnalysis"}
   for run in ${NCU_RUNS:-auto:1 default:1}; do
     plan=${run%%:*} m=${run##*:}
+    # NCU_SOURCE=1 keeps the report and exports its per-instruction SASS page: where the
+    # warps stall, instruction by instruction (needs the SourceCounters of --set full).
+    report=()
+    [ -n "${NCU_SOURCE:-}" ] && report=(-o "$LOGS/ncu-$plan-m$m")
     # shellcheck disable=SC2086
-    step "ncu-$plan-m$m" 120 ncu --clock-control none -k regex:hm_gemm --launch-skip 3 --launch-count 1 $sections \
-      "$bench" kernel $dense --quant w4a16 --m "$m" --plan "$plan" --iters 3 --warmup 1 --check 0 --graph 0 \
-      --baseline none
-    ncu_summary "$LOGS/ncu-$plan-m$m.log"
+    step "ncu-$plan-m$m" 180 ncu --clock-control none -k regex:hm_gemm --launch-skip 3 --launch-count 1 $sections \
+      "${report[@]}" "$bench" kernel $dense --quant w4a16 --m "$m" --plan "$plan" --iters 3 --warmup 1 --check 0 \
+      --graph 0 --baseline none
+    if [ -n "${NCU_SOURCE:-}" ]; then
+      step "ncu-$plan-m$m-details" 60 ncu -i "$LOGS/ncu-$plan-m$m.ncu-rep" --page details
+      step "ncu-$plan-m$m-sass" 120 ncu -i "$LOGS/ncu-$plan-m$m.ncu-rep" --page source --csv --print-source sass
+      ncu_summary "$LOGS/ncu-$plan-m$m-details.log"
+    else
+      ncu_summary "$LOGS/ncu-$plan-m$m.log"
+    fi
   done
   if [ -n "${NCU_FP8:-}" ]; then
     # shellcheck disable=SC2086

@@ -15,12 +15,19 @@ __device__ __forceinline__ int hm_a_offset(int r, int ch) {
   return r * C::bk * 2 + ((ch ^ (r & 7)) << 4);
 }
 
+// A stage's copies may be issued in PARTS parts (a thread's copy it in part it % PARTS),
+// so that a mainloop can spread them between its wgmmas; `part` is a constant once the
+// caller's loop is unrolled. Copies with `on` false zero-fill: a predicate, not a branch.
+__device__ __forceinline__ bool hm_in_part(int it, int parts, int part) {
+  return it % parts == part;
+}
+
 // The bm x bk A tile of k-tile kt in 16-byte chunks (cp.async): row r is the gathered row
 // a_row[r], and rows of -1 or chunks past K are zero-filled. Chunk ch of row r lands at
 // st + offset(r, ch): each kernel brings its own swizzle. EB: bytes an element.
-template <class C, int THREADS, int EB, class Offset>
+template <class C, int THREADS, int EB, int PARTS = 1, class Offset>
 __device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row,
-                                               Offset offset) {
+                                               Offset offset, int part = 0, bool on = true) {
   constexpr int per_chunk = 16 / EB;
   constexpr int per_row = C::bk / per_chunk;
   constexpr int total = C::bm * per_row;
@@ -28,12 +35,13 @@ __device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, 
 #pragma unroll
   for (int it = 0; it < (total + THREADS - 1) / THREADS; ++it) {
     const int i = it * THREADS + (int)threadIdx.x;
-    if (total % THREADS == 0 || i < total) {
+    if (hm_in_part(it, PARTS, part) && (total % THREADS == 0 || i < total)) {
       const int r = i / per_row, ch = i % per_row;
       const int row = a_row[r];
       const int k = kt * C::bk + ch * per_chunk;
-      const bool ok = row >= 0 && k < C::k;
-      hm_cp_async16(st + offset(r, ch), ok ? a + ((long long)row * C::k + k) * EB : a, ok);
+      const bool ok = on && row >= 0 && k < C::k;
+      const long long off = ((long long)(ok ? row : 0) * C::k + (ok ? k : 0)) * EB;
+      hm_cp_async16(st + offset(r, ch), a + off, ok);
     }
   }
 }
@@ -47,48 +55,49 @@ __device__ __forceinline__ void hm_load_a(const hm_gemm_params &p, int kt, unsig
 // Per-unit data of the tile's columns for k-tile kt, UNIT bytes a unit and k step, laid out
 // like the weight units ((E, N/64, K steps) of UNIT bytes; each column is contiguous), into
 // dst. T: the kernel's traits (sizes, threads), so that every kernel shares this.
-template <class C, class T, int UNIT>
+template <class C, class T, int UNIT, int PARTS = 1>
 __device__ __forceinline__ void hm_load_unit_data(const unsigned char *src, const hm_tile &tile, int kt,
-                                                  unsigned char *dst) {
+                                                  unsigned char *dst, int part = 0, bool on = true) {
   constexpr int unit_chunks = UNIT / 16;
   constexpr int col_chunks = T::steps * unit_chunks;
   constexpr int total = T::bn_units * col_chunks;
 #pragma unroll
   for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
     const int i = it * T::threads + (int)threadIdx.x;
-    if (total % T::threads == 0 || i < total) {
+    if (hm_in_part(it, PARTS, part) && (total % T::threads == 0 || i < total)) {
       const int col = i / col_chunks, rem = i % col_chunks;
       const int unit = tile.n_tile * T::bn_units + col;
       const int k16 = kt * T::steps + rem / unit_chunks;
-      const bool ok = unit < T::n_units && k16 < T::k16;
+      const bool ok = on && unit < T::n_units && k16 < T::k16;
       const long long off = (((long long)tile.e * T::n_units + unit) * T::k16 + kt * T::steps) * UNIT + rem * 16;
-      hm_cp_async16(dst + col * T::steps * UNIT + rem * 16, ok ? src + off : src, ok);
+      hm_cp_async16(dst + col * T::steps * UNIT + rem * 16, src + (ok ? off : 0), ok);
     }
   }
 }
 
 // Weight units of the tile's columns for k-tile kt.
-template <class C, class T = hm_gemm_traits<C>>
-__device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st) {
-  hm_load_unit_data<C, T, T::unit_bytes>((const unsigned char *)p.b, tile, kt, st + T::b_off);
+template <class C, class T = hm_gemm_traits<C>, int PARTS = 1>
+__device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st,
+                                          int part = 0, bool on = true) {
+  hm_load_unit_data<C, T, T::unit_bytes, PARTS>((const unsigned char *)p.b, tile, kt, st + T::b_off, part, on);
 }
 
 // Scales (128 bytes) or zero points (64 bytes) per group and unit column.
-template <class C, int BYTES, class T = hm_gemm_traits<C>>
+template <class C, int BYTES, class T = hm_gemm_traits<C>, int PARTS = 1>
 __device__ __forceinline__ void hm_load_group_data(const unsigned char *src, const hm_tile &tile, int kt,
-                                                   unsigned char *dst) {
+                                                   unsigned char *dst, int part = 0) {
   constexpr int chunks = BYTES / 16;
   constexpr int total = T::stage_groups * T::bn_units * chunks;
   const int g0 = C::group == 0 ? 0 : kt * C::bk / C::group;
 #pragma unroll
   for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
     const int i = it * T::threads + (int)threadIdx.x;
-    if (total % T::threads == 0 || i < total) {
+    if (hm_in_part(it, PARTS, part) && (total % T::threads == 0 || i < total)) {
       const int gi = i / (T::bn_units * chunks), col = (i / chunks) % T::bn_units, ch = i % chunks;
       const int g = g0 + gi, unit = tile.n_tile * T::bn_units + col;
       const bool ok = g < T::groups && unit < T::n_units;
       const long long off = (((long long)tile.e * T::groups + g) * T::n_units + unit) * BYTES + ch * 16;
-      hm_cp_async16(dst + (gi * T::bn_units + col) * BYTES + ch * 16, ok ? src + off : src, ok);
+      hm_cp_async16(dst + (gi * T::bn_units + col) * BYTES + ch * 16, src + (ok ? off : 0), ok);
     }
   }
 }

@@ -28,22 +28,34 @@ __device__ __forceinline__ int hm_wg_a_offset(int r, int ch) {
   return (ch >> 3) * C::bm * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
 }
 
+// A stage's copies: its scales and zero points (few threads, data-dependent branches),
+// and part `part` of PARTS of its token rows and weight units (gemm_load.cuh), which
+// branch on nothing, so that they may be issued while wgmmas run: ptxas serializes all
+// wgmmas (C7513) when a branch falls between a wgmma and its wait.
 template <class C>
-__device__ __forceinline__ void hm_wg_load_a(const hm_gemm_params &p, int kt, unsigned char *st,
-                                             const int *a_row) {
-  hm_load_a_tile<C, hm_wg_traits<C>::threads, 2>(p, kt, st, a_row,
-                                                 [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); });
+__device__ __forceinline__ void hm_wg_load_groups(const hm_gemm_params &p, const hm_tile &tile, int kt,
+                                                  unsigned char *st) {
+  using T = hm_wg_traits<C>;
+  if constexpr (T::quant)
+    hm_load_group_data<C, 128, T>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
+  if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64, T>(p.zeros, tile, kt, st + T::z_off);
+}
+
+template <class C, int PARTS = 1>
+__device__ __forceinline__ void hm_wg_load_units(const hm_gemm_params &p, const hm_tile &tile, int kt,
+                                                 unsigned char *st, const int *a_row, int part = 0,
+                                                 bool on = true) {
+  using T = hm_wg_traits<C>;
+  hm_load_a_tile<C, T::threads, 2, PARTS>(
+      p, kt, st, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); }, part, on);
+  hm_load_b<C, T, PARTS>(p, tile, kt, st, part, on);
 }
 
 template <class C>
 __device__ __forceinline__ void hm_wg_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                  unsigned char *st, const int *a_row) {
-  using T = hm_wg_traits<C>;
-  hm_wg_load_a<C>(p, kt, st, a_row);
-  hm_load_b<C, T>(p, tile, kt, st);
-  if constexpr (T::quant)
-    hm_load_group_data<C, 128, T>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
-  if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64, T>(p.zeros, tile, kt, st + T::z_off);
+  hm_wg_load_groups<C>(p, tile, kt, st);
+  hm_wg_load_units<C>(p, tile, kt, st, a_row);
 }
 
 // Where a thread's A fragments come from. In a unit (hm_dequant.cuh) lane 4*gl + t holds
@@ -142,11 +154,12 @@ template <class C>
 using hm_wg_frags_t = hm_u32[hm_wg_traits<C>::af_ring][hm_wg_traits<C>::mb][4];
 
 // One stage's dequant and wgmmas. retire() runs once no wgmma reads the previous stage
-// any more (after the wait of step af_ring - 1), for a pipeline that hands slots back.
-template <class C, class R>
+// any more (after the wait of step af_ring - 1), for a pipeline that hands slots back;
+// between(s) after step s's wgmmas are issued, while they run.
+template <class C, class R, class B>
 __device__ __forceinline__ void hm_wg_compute_stage(const unsigned char *st, int wm, int wn,
                                                     const hm_wg_src &src, hm_wg_frags_t<C> &af,
-                                                    hm_wg_acc_t<C> &acc, R &&retire) {
+                                                    hm_wg_acc_t<C> &acc, R &&retire, B &&between) {
   using T = hm_wg_traits<C>;
   const unsigned long long desc0 = hm_wgmma_desc_k128(hm_smem_addr(st) + wm * T::wtm * 128);
   hm_wg_group g[T::mb];
@@ -159,6 +172,8 @@ __device__ __forceinline__ void hm_wg_compute_stage(const unsigned char *st, int
     }
     hm_u32(&a)[T::mb][4] = af[s % T::af_ring];
     hm_wgmma_wait<T::af_ring - 1>();  // the wgmmas that last read these registers are done
+#pragma unroll
+    for (int m = 0; m < T::mb; ++m) hm_wgmma_fence_operands(a[m]);
     if (s == T::af_ring - 1) retire();
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) hm_wg_fragment<C>(st, wn * T::mb + m, s, src, g[m], a[m]);
@@ -169,13 +184,16 @@ __device__ __forceinline__ void hm_wg_compute_stage(const unsigned char *st, int
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) hm_wgmma_rs<T::wtm, T::bf16>(acc[m], a[m], desc);
     hm_wgmma_commit();
+    between(s);
   }
 }
 
 // Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). Stage i + stages - 2
 // loads into the slot of stage i - 2, whose wgmmas every warpgroup has waited for
-// before the barrier. Leaves wgmma and cp.async drained and the CTA synchronized, so
-// shared memory may be reused on return.
+// before the barrier. Its copies are issued a part after each k16 step's wgmmas: issued
+// all at once after the barrier, they left the tensor cores idle for ~20 % of the loop
+// (Nsight's stall sampling, dense M = 4096). Leaves wgmma and cp.async drained and the
+// CTA synchronized, so shared memory may be reused on return.
 template <class C>
 __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                unsigned char *smem, const int *a_row, int wm, int wn,
@@ -194,10 +212,12 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
     hm_fence_proxy_async();
     __syncthreads();
     const int next = i + C::stages - 2;
-    if (next < count)
-      hm_wg_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
+    unsigned char *next_st = smem + (next % C::stages) * T::stage_bytes;
+    if (next < count) hm_wg_load_groups<C>(p, tile, kb + next, next_st);
+    hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc, [] {}, [&](int s) {
+      hm_wg_load_units<C, T::steps>(p, tile, kb + next, next_st, a_row, s, next < count);
+    });
     hm_cp_async_commit();
-    hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc, [] {});
   }
   hm_wgmma_wait<0>();
 #pragma unroll

@@ -56,7 +56,7 @@ __device__ __forceinline__ void hm_wgws_mainloop(int kb, int ke, const hm_ws_rin
   for (int kt = kb; kt < ke; ++kt, ++n) {
     const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
     hm_wg_compute_stage<C>(st, at.wm, at.wn, at.src, af, acc,
-                           [&] { hm_ws_release<C>(ring, n - 1, at.lane, kt > kb); });
+                           [&] { hm_ws_release<C>(ring, n - 1, at.lane, kt > kb); }, [](int) {});
   }
   hm_wgmma_wait<0>();
 #pragma unroll

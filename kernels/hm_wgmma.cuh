@@ -39,6 +39,15 @@ __device__ __forceinline__ void hm_wgmma_fence_operands(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// Keeps A fragments live until the wait that retires their wgmmas: once dead after the
+// wgmma, their registers may be given to other code (copies issued between wgmmas), and
+// ptxas then serializes every wgmma (C7513).
+template <int R>
+__device__ __forceinline__ void hm_wgmma_fence_operands(hm_u32 (&a)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 // Descriptor of a K-major operand tile with 128-byte swizzle: rows of 64 16-bit
 // elements (128 bytes) one after another, 16-byte chunk c of row r stored at chunk
 // c ^ (r % 8), groups of 8 rows 1024 bytes apart, the tile 1024-byte aligned. The

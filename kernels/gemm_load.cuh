@@ -25,9 +25,9 @@ __device__ __forceinline__ bool hm_in_part(int it, int parts, int part) {
 // The bm x bk A tile of k-tile kt in 16-byte chunks (cp.async): row r is the gathered row
 // a_row[r], and rows of -1 or chunks past K are zero-filled. Chunk ch of row r lands at
 // st + offset(r, ch): each kernel brings its own swizzle. EB: bytes an element.
-template <class C, int THREADS, int EB, int PARTS = 1, class Offset>
+template <class C, int THREADS, int EB, class Offset>
 __device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row,
-                                               Offset offset, int part = 0, bool on = true) {
+                                               Offset offset) {
   constexpr int per_chunk = 16 / EB;
   constexpr int per_row = C::bk / per_chunk;
   constexpr int total = C::bm * per_row;
@@ -35,11 +35,11 @@ __device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, 
 #pragma unroll
   for (int it = 0; it < (total + THREADS - 1) / THREADS; ++it) {
     const int i = it * THREADS + (int)threadIdx.x;
-    if (hm_in_part(it, PARTS, part) && (total % THREADS == 0 || i < total)) {
+    if (total % THREADS == 0 || i < total) {
       const int r = i / per_row, ch = i % per_row;
       const int row = a_row[r];
       const int k = kt * C::bk + ch * per_chunk;
-      const bool ok = on && row >= 0 && k < C::k;
+      const bool ok = row >= 0 && k < C::k;
       const long long off = ((long long)(ok ? row : 0) * C::k + (ok ? k : 0)) * EB;
       hm_cp_async16(st + offset(r, ch), a + off, ok);
     }
@@ -83,16 +83,16 @@ __device__ __forceinline__ void hm_load_b(const hm_gemm_params &p, const hm_tile
 }
 
 // Scales (128 bytes) or zero points (64 bytes) per group and unit column.
-template <class C, int BYTES, class T = hm_gemm_traits<C>, int PARTS = 1>
+template <class C, int BYTES, class T = hm_gemm_traits<C>>
 __device__ __forceinline__ void hm_load_group_data(const unsigned char *src, const hm_tile &tile, int kt,
-                                                   unsigned char *dst, int part = 0) {
+                                                   unsigned char *dst) {
   constexpr int chunks = BYTES / 16;
   constexpr int total = T::stage_groups * T::bn_units * chunks;
   const int g0 = C::group == 0 ? 0 : kt * C::bk / C::group;
 #pragma unroll
   for (int it = 0; it < (total + T::threads - 1) / T::threads; ++it) {
     const int i = it * T::threads + (int)threadIdx.x;
-    if (hm_in_part(it, PARTS, part) && (total % T::threads == 0 || i < total)) {
+    if (total % T::threads == 0 || i < total) {
       const int gi = i / (T::bn_units * chunks), col = (i / chunks) % T::bn_units, ch = i % chunks;
       const int g = g0 + gi, unit = tile.n_tile * T::bn_units + col;
       const bool ok = g < T::groups && unit < T::n_units;
@@ -185,12 +185,53 @@ __device__ __forceinline__ void hm_copy_stream_init(hm_copy_stream<G> &s, const 
   s.dst = hm_opaque(dst);
 }
 
+// A thread's copies of the bm x bk A tile over a tile segment: its rows are gathered
+// once, so a copy's source is worked out at k-tile 0 and a k-tile only adds kt * bk
+// elements. Missing rows and chunks past K zero-fill, by predicate: the wgmma mainloops
+// issue these copies between wgmmas, where a branch makes ptxas serialize them. EB:
+// bytes an element; offset(r, ch): where chunk ch of tile row r lands in a stage.
+template <class C, int THREADS, int EB>
+struct hm_a_plan {
+  static constexpr int per_chunk = 16 / EB;
+  using G = hm_chunk_grid<C::bk / per_chunk, THREADS, C::bm * C::bk / per_chunk>;
+
+  const unsigned char *src[G::slots];  // the chunk at k-tile 0 (row 0 for a missing row)
+  unsigned dst[G::slots];
+  int k0[G::slots];  // its first k, or past any K for a missing row
+  static constexpr int missing = 1 << 30;
+
+  template <class Offset>
+  __device__ __forceinline__ void init(const hm_gemm_params &p, const int *a_row, Offset offset) {
+    const unsigned tid = threadIdx.x;
+#pragma unroll
+    for (int it = 0; it < G::iters; ++it) {
+      const int r = G::row(it, tid), ch = G::chunk(it, tid);
+      const int row = G::has(it, tid) ? a_row[r] : -1;
+      k0[it] = row >= 0 ? ch * per_chunk : missing;
+      src[it] = hm_opaque((const unsigned char *)p.a + ((long long)(row >= 0 ? row : 0) * C::k + ch * per_chunk) * EB);
+      dst[it] = hm_opaque((unsigned)offset(r, ch));
+    }
+  }
+
+  // Copies it of k-tile kt with it % PARTS == part into the stage at shared address st;
+  // with on false, zero-fills them.
+  template <int PARTS = 1>
+  __device__ __forceinline__ void stage(int kt, unsigned st, int part = 0, bool on = true) const {
+    const int k = kt * C::bk;
+#pragma unroll
+    for (int it = 0; it < G::iters; ++it)
+      if (hm_in_part(it, PARTS, part) && G::has(it, threadIdx.x)) {
+        const bool ok = on && k0[it] + k < C::k;
+        hm_cp_async16(st + dst[it], src[it] + (ok ? k * EB : 0), ok);
+      }
+  }
+};
+
 // A thread's copies of a stage over one tile segment. A rows are gathered, so each A copy
 // has its own source (row 0 for a missing row, zero-filled).
 template <class C>
 struct hm_load_plan {
   using T = hm_gemm_traits<C>;
-  using A = hm_chunk_grid<C::bk / 8, T::threads, C::bm * C::bk / 8>;
   using B = hm_chunk_grid<T::steps * T::unit_bytes / 16, T::threads, T::b_bytes / 16>;
   using S = hm_chunk_grid<8, T::threads, T::s_bytes / 16>;  // rows: (scale group, unit column)
   using Z = hm_chunk_grid<4, T::threads, T::z_bytes / 16>;
@@ -198,9 +239,7 @@ struct hm_load_plan {
   // scale group, K being a multiple of the group): it takes the checked loads.
   static constexpr bool k_tail = C::k % C::bk != 0;
 
-  const unsigned char *a[A::slots];
-  unsigned a_dst[A::slots];
-  bool a_ok[A::slots];
+  hm_a_plan<C, T::threads, 2> a;
   hm_copy_stream<B> b;
   hm_copy_stream<S> s;
   hm_copy_stream<Z> z;
@@ -214,14 +253,7 @@ __device__ __forceinline__ hm_load_plan<C> hm_load_plan_init(const hm_gemm_param
   using T = hm_gemm_traits<C>;
   const unsigned tid = threadIdx.x;
   P pl;
-#pragma unroll
-  for (int it = 0; it < P::A::iters; ++it) {
-    const int r = P::A::row(it, tid), ch = P::A::chunk(it, tid);
-    const int row = P::A::has(it, tid) ? a_row[r] : -1;
-    pl.a_ok[it] = row >= 0;
-    pl.a[it] = hm_opaque((const unsigned char *)p.a + ((long long)(row >= 0 ? row : 0) * C::k + ch * 8) * 2);
-    pl.a_dst[it] = hm_opaque((unsigned)hm_a_offset<C>(r, ch));
-  }
+  pl.a.init(p, a_row, [](int r, int ch) { return hm_a_offset<C>(r, ch); });
   hm_copy_stream_init<C, typename P::B, T::k16 * T::unit_bytes>(
       pl.b, (const unsigned char *)p.b, tile, tid,
       T::b_off + P::B::row(0, tid) * T::steps * T::unit_bytes + P::B::chunk(0, tid) * 16,
@@ -278,9 +310,7 @@ __device__ __forceinline__ void hm_load_plan_stage(const hm_load_plan<C> &pl, co
     }
   }
   const unsigned tid = threadIdx.x, sa = hm_smem_addr(st);
-#pragma unroll
-  for (int it = 0; it < P::A::iters; ++it)
-    if (P::A::has(it, tid)) hm_cp_async16(sa + pl.a_dst[it], pl.a[it] + kt * (C::bk * 2), pl.a_ok[it]);
+  pl.a.stage(kt, sa);
   hm_copy_stream_stage<typename P::B, T::steps * T::unit_bytes>(pl.b, sa, kt * (T::steps * T::unit_bytes),
                                                                 tid);
   if constexpr (T::quant)

@@ -72,10 +72,14 @@ __device__ __forceinline__ void hm_cp_async4(void *smem, const void *gmem, bool 
 }
 
 template <class C>
-__device__ __forceinline__ void hm_w8wg_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
-                                                   unsigned char *st, const int *a_row) {
+using hm_w8wg_a_plan = hm_a_plan<C, hm_wg_traits<C>::threads, 1>;
+
+template <class C>
+__device__ __forceinline__ void hm_w8wg_load_stage(const hm_w8wg_a_plan<C> &ap, const hm_gemm_params &p,
+                                                   const hm_tile &tile, int kt, unsigned char *st,
+                                                   const int *a_row) {
   using T = hm_w8wg_traits<C>;
-  hm_load_a_tile<C, T::threads, 1>(p, kt, st, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); });
+  ap.stage(kt, hm_smem_addr(st));
   hm_load_b<C, T>(p, tile, kt, st);
   if constexpr (C::a_group) {
     const int r = threadIdx.x;
@@ -235,10 +239,12 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
 #pragma unroll
       for (int i = 0; i < T::wtm / 2; ++i) part[m][i] = 0;
   }
+  hm_w8wg_a_plan<C> ap;
+  ap.init(p, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); });
   const int count = ke - kb;
 #pragma unroll
   for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < count) hm_w8wg_load_stage<C>(p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+    if (s < count) hm_w8wg_load_stage<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
     hm_cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
@@ -251,7 +257,7 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
     if constexpr (T::fold) hm_w8wg_block_scales<C>(p, tile, kb + i, at, ws);
     const int next = i + C::stages - 1;
     if (next < count)
-      hm_w8wg_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
+      hm_w8wg_load_stage<C>(ap, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
     hm_w8wg_wait_stage<C>(part);
     if constexpr (T::fold) hm_w8wg_fold<C>(st, at, ws, part, acc);

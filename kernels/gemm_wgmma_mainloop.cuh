@@ -41,21 +41,21 @@ __device__ __forceinline__ void hm_wg_load_groups(const hm_gemm_params &p, const
   if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64, T>(p.zeros, tile, kt, st + T::z_off);
 }
 
-template <class C, int PARTS = 1>
-__device__ __forceinline__ void hm_wg_load_units(const hm_gemm_params &p, const hm_tile &tile, int kt,
-                                                 unsigned char *st, const int *a_row, int part = 0,
-                                                 bool on = true) {
-  using T = hm_wg_traits<C>;
-  hm_load_a_tile<C, T::threads, 2, PARTS>(
-      p, kt, st, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); }, part, on);
-  hm_load_b<C, T, PARTS>(p, tile, kt, st, part, on);
-}
+template <class C>
+using hm_wg_a_plan = hm_a_plan<C, hm_wg_traits<C>::threads, 2>;
 
 template <class C>
-__device__ __forceinline__ void hm_wg_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
-                                                 unsigned char *st, const int *a_row) {
-  hm_wg_load_groups<C>(p, tile, kt, st);
-  hm_wg_load_units<C>(p, tile, kt, st, a_row);
+__device__ __forceinline__ void hm_wg_a_plan_init(hm_wg_a_plan<C> &ap, const hm_gemm_params &p, const int *a_row) {
+  ap.init(p, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); });
+}
+
+template <class C, int PARTS = 1>
+__device__ __forceinline__ void hm_wg_load_units(const hm_wg_a_plan<C> &ap, const hm_gemm_params &p,
+                                                 const hm_tile &tile, int kt, unsigned char *st, int part = 0,
+                                                 bool on = true) {
+  using T = hm_wg_traits<C>;
+  ap.template stage<PARTS>(kt, hm_smem_addr(st), part, on);
+  hm_load_b<C, T, PARTS>(p, tile, kt, st, part, on);
 }
 
 // Where a thread's A fragments come from. In a unit (hm_dequant.cuh) lane 4*gl + t holds
@@ -200,10 +200,15 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
                                                const hm_wg_src &src, hm_wg_acc_t<C> &acc) {
   using T = hm_wg_traits<C>;
   hm_wg_acc_zero<C>(acc);
+  hm_wg_a_plan<C> ap;
+  hm_wg_a_plan_init<C>(ap, p, a_row);
   const int count = ke - kb;
 #pragma unroll
   for (int s = 0; s < C::stages - 2; ++s) {
-    if (s < count) hm_wg_load_stage<C>(p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+    if (s < count) {
+      hm_wg_load_groups<C>(p, tile, kb + s, smem + s * T::stage_bytes);
+      hm_wg_load_units<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes);
+    }
     hm_cp_async_commit();
   }
   hm_wg_frags_t<C> af;
@@ -215,7 +220,7 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
     unsigned char *next_st = smem + (next % C::stages) * T::stage_bytes;
     if (next < count) hm_wg_load_groups<C>(p, tile, kb + next, next_st);
     hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc, [] {}, [&](int s) {
-      hm_wg_load_units<C, T::steps>(p, tile, kb + next, next_st, a_row, s, next < count);
+      hm_wg_load_units<C, T::steps>(ap, p, tile, kb + next, next_st, s, next < count);
     });
     hm_cp_async_commit();
   }

@@ -150,7 +150,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   out->busy_ctas = busy;
   out->bw_gbs = stream_bytes_us * 1e-3;
   const double longer = fmax(out->mem_us, out->compute_us), shorter = fmin(out->mem_us, out->compute_us);
-  /* CTAs sharing an SM were not seen to hide each other's iteration cost: it counts per SM.
+  /* Counted per SM, as if CTAs sharing an SM did not hide each other's iteration cost. That
+   * held at M = 1 but not at 16 rows an expert, where two CTAs an SM ran 1.15-1.20x faster
+   * (MoE decode, docs/PERF.md, seventh session); the tuner finds those, the model does not.
    * A two-stage ring has nothing in flight while it computes: each iteration waits out a
    * whole DRAM round trip. */
   const bool folds = t->mma == HM_MMA_WGMMA && hm_gemm_is_w8a8(&cfg->layer);

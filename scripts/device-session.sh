@@ -5,6 +5,8 @@
 # cost the others. Logs and JSON go to $OUT, packed into $OUT/logs.tar.gz (a device call
 # returns only a few files: the logs sit in $OUT/logs); a short summary is printed last. Run from the repo root:
 #   source .devdeps/env.sh && PHASES="tests kernels" scripts/device-session.sh
+# The machine lacks cmocka and jansson: after ../shared/device/get-cmocka.sh, also
+# `(cd .devdeps && apt-get download libjansson4 libjansson-dev)` (env.sh unpacks every .deb).
 # Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
 # (dense and MoE GEMMs against torch's cuBLAS), layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of

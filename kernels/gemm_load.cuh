@@ -188,7 +188,8 @@ __device__ __forceinline__ void hm_copy_stream_init(hm_copy_stream<G> &s, const 
 // A thread's copies of the bm x bk A tile over a tile segment: its rows are gathered
 // once, so a copy's source is worked out at k-tile 0 and a k-tile only adds kt * bk
 // elements. Missing rows and chunks past K zero-fill, by predicate: the wgmma mainloops
-// issue these copies between wgmmas, where a branch makes ptxas serialize them. EB:
+// issue these copies between wgmmas, where branching copies made ptxas serialize every
+// wgmma (C7513). EB:
 // bytes an element; offset(r, ch): where chunk ch of tile row r lands in a stage.
 template <class C, int THREADS, int EB>
 struct hm_a_plan {

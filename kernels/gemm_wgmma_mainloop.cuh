@@ -30,8 +30,8 @@ __device__ __forceinline__ int hm_wg_a_offset(int r, int ch) {
 
 // A stage's copies: its scales and zero points (few threads, data-dependent branches),
 // and part `part` of PARTS of its token rows and weight units (gemm_load.cuh), which
-// branch on nothing, so that they may be issued while wgmmas run: ptxas serializes all
-// wgmmas (C7513) when a branch falls between a wgmma and its wait.
+// branch on nothing, so that they may be issued while wgmmas run: with a branch a copy
+// there, ptxas 13.0 serialized every wgmma of the kernel (C7513).
 template <class C>
 __device__ __forceinline__ void hm_wg_load_groups(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                   unsigned char *st) {

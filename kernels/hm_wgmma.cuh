@@ -39,9 +39,9 @@ __device__ __forceinline__ void hm_wgmma_fence_operands(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Keeps A fragments live until the wait that retires their wgmmas: once dead after the
-// wgmma, their registers may be given to other code (copies issued between wgmmas), and
-// ptxas then serializes every wgmma (C7513).
+// Keeps A fragments live until the wait that retires their wgmmas, which read them
+// asynchronously until then: the compiler sees them dead at the wgmma and could hand
+// their registers to the copies issued between wgmmas.
 template <int R>
 __device__ __forceinline__ void hm_wgmma_fence_operands(hm_u32 (&a)[R]) {
 #pragma unroll

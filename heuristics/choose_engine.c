@@ -30,8 +30,10 @@ hm_status hm_plan_source_parse(const char *name, hm_plan_source *out) {
       *out = (hm_plan_source)i;
       return HM_OK;
     }
-  hm_gemm_tuning t;
-  if (strncmp(name, "bm", 2) == 0 && hm_gemm_tuning_parse(name, &t) == HM_OK) {
+  /* A tuning's name: a malformed one fails with what in it does not fit. */
+  if (strncmp(name, "bm", 2) == 0) {
+    hm_gemm_tuning t;
+    HM_CHECK(hm_gemm_tuning_parse(name, &t));
     *out = HM_PLAN_PINNED;
     return HM_OK;
   }

@@ -72,10 +72,7 @@ __device__ __forceinline__ void hm_cp_async4(void *smem, const void *gmem, bool 
 }
 
 template <class C>
-using hm_w8wg_a_plan = hm_a_plan<C, hm_wg_traits<C>::threads, 1>;
-
-template <class C>
-__device__ __forceinline__ void hm_w8wg_load_stage(const hm_w8wg_a_plan<C> &ap, const hm_gemm_params &p,
+__device__ __forceinline__ void hm_w8wg_load_stage(const hm_wg_a_plan<C, 1> &ap, const hm_gemm_params &p,
                                                    const hm_tile &tile, int kt, unsigned char *st,
                                                    const int *a_row) {
   using T = hm_w8wg_traits<C>;
@@ -239,8 +236,8 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
 #pragma unroll
       for (int i = 0; i < T::wtm / 2; ++i) part[m][i] = 0;
   }
-  hm_w8wg_a_plan<C> ap;
-  ap.init(p, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); });
+  hm_wg_a_plan<C, 1> ap;
+  hm_wg_a_plan_init<C>(ap, p, a_row);
   const int count = ke - kb;
 #pragma unroll
   for (int s = 0; s < C::stages - 1; ++s) {

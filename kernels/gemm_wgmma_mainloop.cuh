@@ -41,16 +41,19 @@ __device__ __forceinline__ void hm_wg_load_groups(const hm_gemm_params &p, const
   if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64, T>(p.zeros, tile, kt, st + T::z_off);
 }
 
-template <class C>
-using hm_wg_a_plan = hm_a_plan<C, hm_wg_traits<C>::threads, 2>;
+// The token-row copies of a wgmma kernel (EB bytes an element: 2, or 1 for W8A8), into the
+// 128-byte swizzle its wgmmas read.
+template <class C, int EB>
+using hm_wg_a_plan = hm_a_plan<C, hm_wg_traits<C>::threads, EB>;
 
-template <class C>
-__device__ __forceinline__ void hm_wg_a_plan_init(hm_wg_a_plan<C> &ap, const hm_gemm_params &p, const int *a_row) {
+template <class C, int EB>
+__device__ __forceinline__ void hm_wg_a_plan_init(hm_wg_a_plan<C, EB> &ap, const hm_gemm_params &p,
+                                                  const int *a_row) {
   ap.init(p, a_row, [](int r, int ch) { return hm_wg_a_offset<C>(r, ch); });
 }
 
 template <class C, int PARTS = 1>
-__device__ __forceinline__ void hm_wg_load_units(const hm_wg_a_plan<C> &ap, const hm_gemm_params &p,
+__device__ __forceinline__ void hm_wg_load_units(const hm_wg_a_plan<C, 2> &ap, const hm_gemm_params &p,
                                                  const hm_tile &tile, int kt, unsigned char *st, int part = 0,
                                                  bool on = true) {
   using T = hm_wg_traits<C>;
@@ -200,7 +203,7 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
                                                const hm_wg_src &src, hm_wg_acc_t<C> &acc) {
   using T = hm_wg_traits<C>;
   hm_wg_acc_zero<C>(acc);
-  hm_wg_a_plan<C> ap;
+  hm_wg_a_plan<C, 2> ap;
   hm_wg_a_plan_init<C>(ap, p, a_row);
   const int count = ke - kb;
 #pragma unroll

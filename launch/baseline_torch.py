@@ -9,6 +9,9 @@ Times, with torch on the GPU, what a framework without quantized MoE kernels doe
           scales for A and column-wise for W) in place of each matmul
   layer   a bf16 MoE layer: softmax top-k routing, per-expert gate_up, SiLU*up, down,
           weighted scatter-add back to the tokens
+  --chain R  (kernel) R forwards back to back per timed run, as the bench's --chain:
+          over R distinct weight tensors (dense) or R distinct routings of the one expert
+          tensor (MoE); the time is per forward
 Timing follows the bench: CUDA events, warm-up, L2 flushed before each run, median.
 Prints one JSON document on stdout: {"versions": {...}, "rows": [{"m": M, "time_us": t}, ...]}.
 """
@@ -28,6 +31,7 @@ def parse_args():
     p.add_argument("--intermediate", type=int, default=0, help="layer: I per expert")
     p.add_argument("--experts", type=int, required=True)
     p.add_argument("--top-k", type=int, required=True)
+    p.add_argument("--chain", type=int, default=1, help="kernel: forwards back to back per timed run")
     p.add_argument("--m", required=True, help="comma-separated token counts")
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
@@ -110,6 +114,14 @@ def kernel_fn(torch, a, w, groups, top_k, dense, down, fp8):
     return run
 
 
+def chained(fns):
+    """The chain's members back to back: one timed run."""
+    def run():
+        for fn in fns:
+            fn()
+    return run
+
+
 def layer_fn(torch, x, w13, w2, ids, weights, groups, top_k):
     """A bf16 MoE layer as frameworks write it without fused kernels."""
     inter = w2.shape[2]
@@ -144,28 +156,34 @@ def main():
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     dense = args.mode == "kernel" and args.experts == 1
     fp8 = args.mode == "kernel" and args.fp8
+    # Dense members read distinct weights; MoE members share the experts (GBs) and differ by routing.
+    chain = args.chain if args.mode == "kernel" else 1
     if args.mode == "kernel":
-        w = torch.randn(args.experts, args.n, args.k, generator=gen, device=device, dtype=bf16) * 0.02
-        if fp8:
-            w = w.to(torch.float8_e4m3fn)
+        ws = []
+        for _ in range(chain if dense else 1):
+            w = torch.randn(args.experts, args.n, args.k, generator=gen, device=device, dtype=bf16) * 0.02
+            ws.append(w.to(torch.float8_e4m3fn) if fp8 else w)
     else:
         h, i = args.hidden, args.intermediate
         w13 = torch.randn(args.experts, 2 * i, h, generator=gen, device=device, dtype=bf16) * 0.02
         w2 = torch.randn(args.experts, h, i, generator=gen, device=device, dtype=bf16) * 0.02
     rows = []
     for m in (int(v) for v in args.m.split(",")):
-        ids, weights = random_routing(torch, m, args.experts, args.top_k, gen, device)
-        groups = expert_groups(torch, ids, args.experts)
-        if args.mode == "kernel":
-            a_rows = m * args.top_k if args.down and not dense else m
-            a = torch.randn(a_rows, args.k, generator=gen, device=device, dtype=bf16)
-            if fp8:
-                a = a.to(torch.float8_e4m3fn)
-            fn = kernel_fn(torch, a, w, groups, args.top_k, dense, args.down, fp8)
-        else:
-            x = torch.randn(m, args.hidden, generator=gen, device=device, dtype=bf16)
-            fn = layer_fn(torch, x, w13, w2, ids, weights, groups, args.top_k)
-        rows.append({"m": m, "time_us": time_us(torch, fn, args.iters, args.warmup, flush)})
+        fns = []
+        for j in range(chain):
+            ids, weights = random_routing(torch, m, args.experts, args.top_k, gen, device)
+            groups = expert_groups(torch, ids, args.experts)
+            if args.mode == "kernel":
+                a_rows = m * args.top_k if args.down and not dense else m
+                a = torch.randn(a_rows, args.k, generator=gen, device=device, dtype=bf16)
+                if fp8:
+                    a = a.to(torch.float8_e4m3fn)
+                fns.append(kernel_fn(torch, a, ws[j % len(ws)], groups, args.top_k, dense, args.down, fp8))
+            else:
+                x = torch.randn(m, args.hidden, generator=gen, device=device, dtype=bf16)
+                fns.append(layer_fn(torch, x, w13, w2, ids, weights, groups, args.top_k))
+        t = time_us(torch, chained(fns), args.iters, args.warmup, flush)
+        rows.append({"m": m, "time_us": t / chain})
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda,
                 "cublas_device": torch.cuda.get_device_name(device)}
     json.dump({"versions": versions, "rows": rows}, sys.stdout)

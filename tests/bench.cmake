@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # humming-moe-bench's tests. The unit programs come from the unit/ glob; this adds what
-# they need beyond the library: the launch/ sources (options, report, #wrong counter) and
-# the path of the bench binary, which test_bench_modes runs in every mode on the host.
+# they need beyond the library: the launch/ sources (options, report, #wrong counter, the
+# bench's option table) and the path of the bench binary, which test_bench_modes runs in
+# every mode on the host.
 # Under mpirun, the comm mode runs dispatch/combine over 4 host ranks (label mpi).
 
 target_sources(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch/common/options.c
-               ${CMAKE_SOURCE_DIR}/launch/common/report.c ${CMAKE_SOURCE_DIR}/launch/bench/bench_check.c)
+               ${CMAKE_SOURCE_DIR}/launch/common/report.c ${CMAKE_SOURCE_DIR}/launch/bench/bench_check.c
+               ${CMAKE_SOURCE_DIR}/launch/bench/bench_args.c)
 target_include_directories(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch)
 
 target_compile_definitions(test_bench_modes PRIVATE HM_BENCH_EXE="$<TARGET_FILE:humming-moe-bench>")

@@ -22,6 +22,9 @@ enum { HM_BENCH_EXIT_FAIL = 1, HM_BENCH_EXIT_USAGE = 2 };
 
 typedef enum hm_bench_mode { HM_MODE_KERNEL, HM_MODE_LAYER, HM_MODE_COMM, HM_MODE_E2E } hm_bench_mode;
 
+/* Most forwards one kernel-mode sample chains (--chain); bench_chain.h builds the chain. */
+#define HM_BENCH_CHAIN_MAX 64
+
 typedef struct hm_bench_opts {
   hm_bench_mode mode;
   char model_name[HM_OPT_STR_LEN];
@@ -36,6 +39,7 @@ typedef struct hm_bench_opts {
   char json_path[HM_OPT_STR_LEN], csv_path[HM_OPT_STR_LEN];
   hm_int_list m;
   int64_t ep, tp, iters, warmup, check, graph, flush, seed;
+  int64_t chain; /* kernel mode: forwards back to back per timed sample */
   double roof_bw_tbs, roof_tflops;
   /* e2e */
   hm_int_list concurrency;

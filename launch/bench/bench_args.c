@@ -41,6 +41,10 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
       {"--warmup", HM_OPT_INT, &o->warmup, 0, 1000000, "N", "untimed runs first (host: 1)", &o->seen_warmup},
       {"--check", HM_OPT_INT, &o->check, 0, 1, "0|1", "compare with the host reference before timing", NULL},
       {"--graph", HM_OPT_INT, &o->graph, -1, 1, "-1|0|1", "CUDA graph replay: -1 = for M <= 256", NULL},
+      {"--chain", HM_OPT_INT, &o->chain, 1, HM_BENCH_CHAIN_MAX, "R",
+       "kernel mode: R forwards back to back per timed sample, over distinct weights (dense) or routings "
+       "(MoE), as layers run in a serving engine; times per forward",
+       NULL},
       {"--flush", HM_OPT_INT, &o->flush, 0, 1, "0|1", "flush L2 between timed runs", NULL},
       {"--seed", HM_OPT_INT, &o->seed, 0, NO_LIMIT, "N", "seed of the random data", NULL},
       {"--backend", HM_OPT_STR, o->backend_name, 0, 0, "B", "auto | host | cuda", NULL},
@@ -93,6 +97,7 @@ static void set_defaults(hm_bench_opts *o) {
   o->check = 1;
   o->graph = -1;
   o->flush = 1;
+  o->chain = 1;
   o->seed = 1234;
   o->max_step_tokens = 2048;
 }
@@ -196,6 +201,8 @@ static bool resolve(hm_bench_opts *o) {
                  : "--layout: expected auto, indexed, contiguous or masked";
   else if (!kernel && o->layout == HM_GEMM_DENSE)
     bad = "--layout dense is a kernel-mode layout";
+  else if (!kernel && o->chain > 1)
+    bad = "--chain is a kernel-mode option (layer, comm and e2e time one forward per sample)";
   else if (o->mode == HM_MODE_KERNEL && o->ep * o->tp > 1)
     bad = "--ep/--tp shard the comm, layer and e2e modes; kernel mode times one GPU a rank";
   else if (strcmp(o->gemm_name, "gate_up") != 0 && strcmp(o->gemm_name, "down") != 0)

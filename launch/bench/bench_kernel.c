@@ -5,13 +5,14 @@
  * the reference and then timed. M counts tokens; an indexed GEMM does M * top_k rows.
  * --plan all runs the scheme under test with the default, heuristic and tuned kernel
  * tables side by side, and every row holds the cost model's prediction against the
- * measured time.
+ * measured time. --chain R times R forwards back to back per sample (bench_chain.h).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/bench_chain.h"
 #include "bench/bench_gemm.h"
 #include "bench/bench_plan.h"
 #include "bench/bench_torch.h"
@@ -95,9 +96,9 @@ struct kernel_bench {
   hm_bench *b;
   hm_bench_gemm_shape shape;
   hm_bench_plans plans;
-  /* The scheme under test per plan, then the bf16 baseline. */
-  hm_bench_gemm_layer layers[HM_BENCH_PLANS_MAX + 1];
-  int count;
+  /* The scheme under test per plan, then the bf16 baseline; each as the chain's members need. */
+  hm_bench_gemm_layer layers[HM_BENCH_PLANS_MAX + 1][HM_BENCH_CHAIN_MAX];
+  int count, members;
   double *torch_us;   /* per M, or NULL */
   double log_vs_bf16; /* sum over sizes, for the geometric mean in the footer */
   int ratios;
@@ -117,22 +118,23 @@ static void kernel_shape(const hm_bench_opts *o, hm_bench_gemm_shape *s) {
   s->top_k = o->layout == HM_GEMM_DENSE ? 1 : o->model.top_k;
 }
 
-/* One layer of the run (quant per plan, or bf16): check, then time. */
-static hm_status measure(struct kernel_bench *kb, int which, const hm_bench_gemm_inputs *in,
+/* One layer of the run (quant per plan, or bf16), every chain member: check, then time. */
+static hm_status measure(struct kernel_bench *kb, int which, const hm_bench_chain_inputs *in,
                          layer_result *r) {
   hm_bench *b = kb->b;
-  hm_bench_gemm_run run;
-  HM_CHECK(hm_bench_gemm_run_make(b, &kb->shape, &kb->layers[which], in, &run));
+  hm_bench_chain chain;
+  HM_CHECK(hm_bench_chain_make(b, &kb->shape, kb->layers[which], in, &chain));
   hm_status ret = HM_OK;
   r->wrong = 0;
   if (b->o.check)
-    HM_CHECK_GOTO(hm_bench_gemm_check(b, &kb->shape, &kb->layers[which], in, &run, &r->wrong), done);
-  HM_CHECK_GOTO(hm_bench_time(b, hm_bench_gemm_forward, &run, hm_bench_want_graph(b, in->tokens), &r->t),
-                done);
-  hm_bench_kernel_name(run.layer, &run.args, r->kernel, KERNEL_NAME_LEN);
-  hm_bench_plan_predict(&kb->plans, run.layer, &run.args, &r->predicted_us, &r->source);
+    HM_CHECK_GOTO(hm_bench_chain_check(b, &kb->shape, kb->layers[which], in, &chain, &r->wrong), done);
+  HM_CHECK_GOTO(hm_bench_chain_time(b, &chain, hm_bench_want_graph(b, in->in[0].tokens), &r->t), done);
+  /* Members have the same M, so the same kernel and prediction. */
+  const hm_bench_gemm_run *run = &chain.run[0];
+  hm_bench_kernel_name(run->layer, &run->args, r->kernel, KERNEL_NAME_LEN);
+  hm_bench_plan_predict(&kb->plans, run->layer, &run->args, &r->predicted_us, &r->source);
 done:
-  hm_bench_gemm_run_free(b, &run);
+  hm_bench_chain_free(b, &chain);
   return ret;
 }
 
@@ -153,13 +155,14 @@ static const layer_result *judged(const struct kernel_bench *kb, const layer_res
   return &res[kb->plans.heuristic >= 0 ? kb->plans.heuristic : kb->plans.primary];
 }
 
-static void emit_row(struct kernel_bench *kb, const hm_bench_gemm_inputs *in, int mi, const layer_result *res,
-                     const hm_timing *bf16, int64_t wrong) {
+static void emit_row(struct kernel_bench *kb, const hm_bench_chain_inputs *chain, int mi,
+                     const layer_result *res, const hm_timing *bf16, int64_t wrong) {
   hm_bench *b = kb->b;
   const layer_result *primary = &res[kb->plans.primary], *pred = judged(kb, res);
   const hm_timing *t = &primary->t;
-  const hm_quant_scheme *q = &kb->layers[0].scheme;
-  double bytes = hm_bench_gemm_bytes(&kb->shape, q, in);
+  const hm_quant_scheme *q = &kb->layers[0][0].scheme;
+  const hm_bench_gemm_inputs *in = &chain->in[0];
+  double bytes = hm_bench_chain_bytes(&kb->shape, q, chain);
   double flops = hm_bench_gemm_flops(&kb->shape, in->tokens);
   double us = t->median_us;
   double torch = kb->torch_us ? kb->torch_us[mi] : NAN;
@@ -191,10 +194,7 @@ static void emit_row(struct kernel_bench *kb, const hm_bench_gemm_inputs *in, in
       [COL_MAX] = HM_NUM(t->max_us),
       [COL_BYTES] = HM_NUM(bytes),
       [COL_FLOPS] = HM_NUM(flops),
-      [COL_ACTIVE] =
-          HM_NUM(kb->shape.type == HM_GEMM_DENSE
-                     ? 1
-                     : hm_bench_active_experts(in->ids, in->tokens * kb->shape.top_k, kb->shape.experts)),
+      [COL_ACTIVE] = HM_NUM(llround(hm_bench_chain_active_experts(&kb->shape, chain))),
       [COL_GRAPH] = HM_NUM(t->graph),
   };
   plan_cells(kb, res, c);
@@ -220,9 +220,9 @@ static void add_stats(struct kernel_bench *kb, const layer_result *res, const hm
 
 static hm_status kernel_one_m(struct kernel_bench *kb, int mi, int64_t *wrong_total) {
   hm_bench *b = kb->b;
-  hm_bench_gemm_inputs in;
-  HM_CHECK(
-      hm_bench_gemm_inputs_make(&kb->shape, b->o.m.v[mi], (uint64_t)b->o.seed + (uint64_t)mi * 101, &in));
+  hm_bench_chain_inputs in;
+  HM_CHECK(hm_bench_chain_inputs_make(&kb->shape, b->o.m.v[mi], (uint64_t)b->o.seed + (uint64_t)mi * 101,
+                                      (int)b->o.chain, &in));
   hm_status ret = HM_OK;
   layer_result res[HM_BENCH_PLANS_MAX + 1];
   int64_t wrong = 0;
@@ -230,7 +230,8 @@ static hm_status kernel_one_m(struct kernel_bench *kb, int mi, int64_t *wrong_to
     HM_CHECK_GOTO(measure(kb, i, &in, &res[i]), done);
     wrong += res[i].wrong;
   }
-  bool self = kb->layers[0].scheme.weight.weight == HM_BF16 && kb->layers[0].scheme.act == HM_BF16;
+  const hm_quant_scheme *q = &kb->layers[0][0].scheme;
+  bool self = q->weight.weight == HM_BF16 && q->act == HM_BF16;
   const hm_timing *bf16 = kb->count > kb->plans.count ? &res[kb->plans.count].t
                           : self                      ? &res[kb->plans.primary].t
                                                       : NULL;
@@ -238,31 +239,39 @@ static hm_status kernel_one_m(struct kernel_bench *kb, int mi, int64_t *wrong_to
   *wrong_total += wrong;
   emit_row(kb, &in, mi, res, bf16, wrong);
 done:
-  hm_bench_gemm_inputs_free(&in);
+  hm_bench_chain_inputs_free(&in);
   return ret;
+}
+
+/* The next layer slot, one layer per chain member that needs its own (member j from seed j). */
+static hm_status add_layers(struct kernel_bench *kb, const hm_quant_scheme *scheme, uint64_t seed,
+                            hm_plan_source plan) {
+  hm_bench_gemm_layer *members = kb->layers[kb->count++]; /* counted first: teardown frees a partial slot */
+  for (int j = 0; j < kb->members; j++)
+    HM_CHECK(hm_bench_gemm_layer_create(kb->b, &kb->shape, scheme, hm_bench_chain_seed(seed, j), plan,
+                                        &members[j]));
+  return HM_OK;
 }
 
 /* The scheme under test once per plan (same seed, so the same weights), then the bf16 baseline. */
 static hm_status kernel_setup(struct kernel_bench *kb) {
   hm_bench *b = kb->b;
   kernel_shape(&b->o, &kb->shape);
+  kb->members = hm_bench_chain_layers(&kb->shape, (int)b->o.chain);
   HM_CHECK(hm_bench_plans_make(b, &kb->plans));
-  for (int i = 0; i < kb->plans.count; i++, kb->count++)
-    HM_CHECK(hm_bench_gemm_layer_create(b, &kb->shape, &b->o.scheme, (uint64_t)b->o.seed, kb->plans.source[i],
-                                        &kb->layers[i]));
+  for (int i = 0; i < kb->plans.count; i++)
+    HM_CHECK(add_layers(kb, &b->o.scheme, (uint64_t)b->o.seed, kb->plans.source[i]));
   hm_quant_scheme bf16;
   HM_CHECK(hm_quant_scheme_parse("bf16", &bf16));
   bool self = b->o.scheme.weight.weight == HM_BF16 && b->o.scheme.act == HM_BF16;
-  if (!self && strcmp(b->o.baseline_name, "none") != 0) {
-    HM_CHECK(hm_bench_gemm_layer_create(b, &kb->shape, &bf16, (uint64_t)b->o.seed + 1,
-                                        kb->plans.source[kb->plans.primary], &kb->layers[kb->count]));
-    kb->count++;
-  }
+  if (!self && strcmp(b->o.baseline_name, "none") != 0)
+    HM_CHECK(add_layers(kb, &bf16, (uint64_t)b->o.seed + 1, kb->plans.source[kb->plans.primary]));
   return HM_OK;
 }
 
 static void kernel_teardown(struct kernel_bench *kb) {
-  for (int i = 0; i < kb->count; i++) hm_bench_gemm_layer_destroy(&kb->layers[i]);
+  for (int i = 0; i < kb->count; i++)
+    for (int j = 0; j < kb->members; j++) hm_bench_gemm_layer_destroy(&kb->layers[i][j]);
   hm_bench_torch_free(kb->torch_us);
 }
 
@@ -286,6 +295,21 @@ static void plan_header(const struct kernel_bench *kb) {
                      hm_plan_source_name(p->source[0]), p->profile.name, cpu);
   hm_report_config(kb->b->report, "plan",
                    json_string(p->tuned >= 0 ? "all" : hm_plan_source_name(p->source[0])));
+}
+
+static void chain_header(const struct kernel_bench *kb) {
+  hm_bench *b = kb->b;
+  const int r = (int)b->o.chain;
+  hm_report_config(b->report, "chain", json_integer(r));
+  if (r == 1) {
+    hm_report_header(b->report, "chain 1: one forward per sample, its launch latency and tail included");
+    return;
+  }
+  const bool dense = kb->shape.type == HM_GEMM_DENSE;
+  hm_report_header(b->report,
+                   "chain %d: %d forwards back to back per sample, over %d %s; times per forward; bytes, "
+                   "GB/s, %%roof and active_experts: means over the members (active rounded)",
+                   r, r, r, dense ? "dense layers of distinct weights" : "distinct routings of one layer");
 }
 
 static void kernel_footer(const struct kernel_bench *kb, int64_t wrong) {
@@ -318,6 +342,7 @@ int hm_bench_kernel(hm_bench *b) {
       kb.shape.top_k,
       hm_bench_act8(&b->o.scheme) ? "; 8-bit A quantized before timing (layer mode times it)" : "");
   if (st == HM_OK) plan_header(&kb);
+  if (st == HM_OK) chain_header(&kb);
   hm_report_columns(b->report);
   int64_t wrong = 0;
   for (int mi = 0; st == HM_OK && mi < b->o.m.count; mi++) st = kernel_one_m(&kb, mi, &wrong);

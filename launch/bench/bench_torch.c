@@ -74,9 +74,9 @@ double *hm_bench_torch_kernel(hm_bench *b, const hm_bench_gemm_shape *shape) {
   char args[256];
   /* Only fp8 has a faster torch path than bf16; int8 and weight-only schemes compare to bf16. */
   bool fp8 = b->o.scheme.act == HM_F8E4M3;
-  snprintf(args, sizeof(args), "--mode kernel --n %lld --k %lld --experts %lld --top-k %d%s%s",
+  snprintf(args, sizeof(args), "--mode kernel --n %lld --k %lld --experts %lld --top-k %d --chain %lld%s%s",
            (long long)shape->n, (long long)shape->k, (long long)shape->experts, shape->top_k,
-           shape->down ? " --down" : "", fp8 ? " --fp8" : "");
+           (long long)b->o.chain, shape->down ? " --down" : "", fp8 ? " --fp8" : "");
   return run_script(b, args);
 }
 

@@ -95,6 +95,34 @@ static void kernel_mode_every_layout(void **state) {
   }
 }
 
+/* --chain: a dense chain over distinct layers, an MoE chain over distinct routings; all checked. */
+static void kernel_mode_chains(void **state) {
+  (void)state;
+  const struct {
+    const char *layout;
+    int chain;
+    const char *over;
+  } runs[] = {{"dense", 3, "over 3 dense layers"}, {"contiguous", 2, "over 2 distinct routings"}};
+  const int64_t m[] = {1, 16};
+  for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+    char args[512], header[96];
+    snprintf(args, sizeof(args),
+             "kernel --backend host --model tiny --layout %s --chain %d --m 1,16 --iters 2 --warmup 1 "
+             "--json %s/run.json",
+             runs[i].layout, runs[i].chain, dir);
+    expect_ok(args);
+    json_t *doc = load_rows(2);
+    check_sized_rows(doc, m, 2);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "config"), "chain")),
+                     runs[i].chain);
+    json_decref(doc);
+    snprintf(header, sizeof(header), "# chain %d: %d forwards back to back per sample, %s", runs[i].chain,
+             runs[i].chain, runs[i].over);
+    const char *out = tb_file_text(dir, "out.txt");
+    if (strstr(out, header) == NULL) fail_msg("no '%s' in:\n%s", header, out);
+  }
+}
+
 static void layer_mode_schemes(void **state) {
   (void)state;
   const char *quants[] = {"w4a16", "w8a8-fp8", "w8a8-int8", "w4a8-mxfp4", "bf16"};
@@ -186,6 +214,9 @@ static void bad_flags_exit_2(void **state) {
       {"e2e --input-len 5:1", "--input-len"},
       {"kernel --gemm up", "--gemm"},
       {"--backend gpu", "--backend"},
+      {"kernel --chain 0", "--chain"},
+      {"kernel --chain 65", "--chain"},
+      {"layer --chain 2", "kernel-mode option"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     int rc = run_bench(bad[i].args);
@@ -217,9 +248,13 @@ static int remove_dir(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(bad_flags_exit_2),      cmocka_unit_test(kernel_mode_every_layout),
-      cmocka_unit_test(layer_mode_schemes),    cmocka_unit_test(e2e_mode_serves_both_schemes),
-      cmocka_unit_test(comm_mode_single_rank), cmocka_unit_test(no_arguments_runs_the_default),
+      cmocka_unit_test(bad_flags_exit_2),
+      cmocka_unit_test(kernel_mode_every_layout),
+      cmocka_unit_test(kernel_mode_chains),
+      cmocka_unit_test(layer_mode_schemes),
+      cmocka_unit_test(e2e_mode_serves_both_schemes),
+      cmocka_unit_test(comm_mode_single_rank),
+      cmocka_unit_test(no_arguments_runs_the_default),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

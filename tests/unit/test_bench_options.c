@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark's building blocks: --m size lists and ranges, the option table parser,
- * the report's JSON/CSV writers, the #wrong counter and the model presets.
+ * the bench's own options (--chain), the report's JSON/CSV writers, the #wrong counter
+ * and the model presets.
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "bench/bench.h"
 #include "bench/bench_check.h"
 #include "common/options.h"
 #include "common/report.h"
@@ -121,6 +123,29 @@ static void option_table_parses_and_refuses(void **state) {
   }
 }
 
+/* hm_bench_parse of a command line; the refusals print to stderr, which the test leaves be. */
+static int bench_parse(const char *line, hm_bench_opts *o) {
+  char buf[256], *argv[16] = {"humming-moe-bench"};
+  int argc = 1;
+  snprintf(buf, sizeof(buf), "%s", line);
+  for (char *tok = strtok(buf, " "); tok && argc < 16; tok = strtok(NULL, " ")) argv[argc++] = tok;
+  return hm_bench_parse(argc, argv, o);
+}
+
+static void chain_is_a_kernel_option_of_1_to_64(void **state) {
+  (void)state;
+  hm_bench_opts o;
+  assert_int_equal(bench_parse("kernel", &o), 0);
+  assert_int_equal(o.chain, 1);
+  assert_int_equal(bench_parse("kernel --layout dense --chain 64", &o), 0);
+  assert_int_equal(o.chain, 64);
+  assert_int_equal(bench_parse("layer --chain 1", &o), 0);
+  const char *bad[] = {"kernel --chain 0", "kernel --chain 65", "kernel --chain x",
+                       "layer --chain 2",  "comm --chain 2",    "e2e --chain 2"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    if (bench_parse(bad[i], &o) != HM_BENCH_EXIT_USAGE) fail_msg("'%s' was accepted", bad[i]);
+}
+
 static const hm_col cols[] = {
     {"M", 6, 0, HM_COL_INT},       {"time_us", 9, 2, HM_COL_REAL}, {"ratio", 6, 2, HM_COL_RATIO},
     {"kernel", 8, 0, HM_COL_TEXT}, {"hidden", 0, 0, HM_COL_INT},
@@ -216,9 +241,13 @@ static void presets_are_valid(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(size_lists_parse),           cmocka_unit_test(bad_size_lists_are_refused),
-      cmocka_unit_test(length_ranges_parse),        cmocka_unit_test(option_table_parses_and_refuses),
-      cmocka_unit_test(report_writes_json_and_csv), cmocka_unit_test(wrong_counter_catches_bad_values),
+      cmocka_unit_test(size_lists_parse),
+      cmocka_unit_test(bad_size_lists_are_refused),
+      cmocka_unit_test(length_ranges_parse),
+      cmocka_unit_test(option_table_parses_and_refuses),
+      cmocka_unit_test(chain_is_a_kernel_option_of_1_to_64),
+      cmocka_unit_test(report_writes_json_and_csv),
+      cmocka_unit_test(wrong_counter_catches_bad_values),
       cmocka_unit_test(presets_are_valid),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -113,19 +113,23 @@ hm_status hm_kernel_attributes(const hm_kernel *kernel, int *regs, int *static_s
 /*
  * Launch metadata a kernel may carry in its cubin, as a constant named after it:
  *   extern "C" __constant__ unsigned <name>_meta[8] =
- *       {HM_KERNEL_META_MAGIC, threads, shared_bytes, cluster_x, cluster_y, cluster_z, 0, 0};
+ *       {HM_KERNEL_META_MAGIC, threads, shared_bytes, cluster_x, cluster_y, cluster_z, flags, 0};
  * hm_kernel_get reads it from the image: the dynamic shared memory limit is raised to
  * shared_bytes at load, a launch must use that many threads, and a launch with no
- * cluster of its own uses the kernel's.
+ * cluster of its own uses the kernel's. A kernel flagged HM_KERNEL_META_PDL executes
+ * griddepcontrol.wait before it reads anything an earlier kernel may write, so it may be
+ * launched with programmatic dependent launch (HUMMING_PDL).
  */
 #define HM_KERNEL_META_MAGIC 0x686d6b6du /* "hmkm" */
 #define HM_KERNEL_META_WORDS 8
+#define HM_KERNEL_META_PDL 1u
 
 typedef struct hm_kernel_meta {
   bool present;
   unsigned threads;
   unsigned shared_bytes;
   unsigned cluster[3];
+  bool pdl; /* HM_KERNEL_META_PDL */
 } hm_kernel_meta;
 
 /* Reads <name>_meta from a cubin; present = false when the kernel has none. */

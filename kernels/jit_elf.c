@@ -115,6 +115,7 @@ hm_status hm_cubin_kernel_meta(const hm_cubin *cubin, const char *name, hm_kerne
   if (sym_size < sizeof(words) || words[0] != HM_KERNEL_META_MAGIC)
     HM_FAIL(HM_CORRUPT, "%s in cubin %.16s is not launch metadata (%zu bytes, first word 0x%x)", symbol,
             cubin->key, sym_size, sym_size >= 4 ? words[0] : 0u);
-  *out = (hm_kernel_meta){true, words[1], words[2], {words[3], words[4], words[5]}};
+  *out = (hm_kernel_meta){
+      true, words[1], words[2], {words[3], words[4], words[5]}, (words[6] & HM_KERNEL_META_PDL) != 0};
   return HM_OK;
 }

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Launching a loaded kernel with cuLaunchKernelEx: dynamic shared memory and clusters. */
+/*
+ * Launching a loaded kernel with cuLaunchKernelEx: dynamic shared memory, clusters, and
+ * programmatic dependent launch for kernels whose metadata says they wait for it.
+ */
 #include <pthread.h>
 #include <string.h>
 
@@ -7,6 +10,7 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "kernels/jit_kernel.h"
+#include "params.h"
 
 static unsigned product(const unsigned d[3]) {
   return d[0] * d[1] * d[2];
@@ -60,8 +64,8 @@ hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void *
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel %s: the stream belongs to another device context", kernel->name);
   HM_CU_CHECK(cuCtxSetCurrent(kernel->ctx));
   HM_CHECK(raise_shared_limit(kernel, dims->shared_bytes));
-  CUlaunchAttribute attr;
-  memset(&attr, 0, sizeof(attr));
+  CUlaunchAttribute attrs[2];
+  memset(attrs, 0, sizeof(attrs));
   CUlaunchConfig cfg = {dims->grid[0],
                         dims->grid[1],
                         dims->grid[2],
@@ -70,14 +74,19 @@ hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void *
                         dims->block[2],
                         (unsigned)dims->shared_bytes,
                         (CUstream)hm_stream_native(stream),
-                        &attr,
+                        attrs,
                         0};
   if (product(cluster) > 1) {
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cluster[0];
-    attr.value.clusterDim.y = cluster[1];
-    attr.value.clusterDim.z = cluster[2];
-    cfg.numAttrs = 1;
+    CUlaunchAttribute *a = &attrs[cfg.numAttrs++];
+    a->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a->value.clusterDim.x = cluster[0];
+    a->value.clusterDim.y = cluster[1];
+    a->value.clusterDim.z = cluster[2];
+  }
+  if (kernel->meta.pdl && hm_param_pdl()) {
+    CUlaunchAttribute *a = &attrs[cfg.numAttrs++];
+    a->id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a->value.programmaticStreamSerializationAllowed = 1;
   }
   HM_CU_CHECK(cuLaunchKernelEx(&cfg, kernel->function, args, NULL));
   return HM_OK;

@@ -2,8 +2,9 @@
 /*
  * Dense weight-only GEMM on the device against the host reference: every weight
  * format, group size, activation and output type, bias, at M = 1, 7, 64, 333 (and
- * 4096 for the main format) with N and K that are not powers of two. All cases run
- * and print before the test fails, so one run shows every broken case.
+ * 4096 for the main format) with N and K that are not powers of two, and two layers
+ * chained on one stream. All cases run and print before the test fails, so one run shows
+ * every broken case.
  */
 #include "gemm_test_util.h"
 
@@ -125,6 +126,65 @@ static void stream_k_is_deterministic(void **state) {
   gt_layer_data_free(&d);
 }
 
+/*
+ * Two layers back to back on one stream, the second reading the first's output: on
+ * sm_90 the second launches programmatically (HUMMING_PDL) and may start before the
+ * first ends, so this fails if a kernel reads its input before griddepcontrol.wait.
+ * The first output is poisoned before the pair runs.
+ */
+static void chained_layers_wait_for_their_input(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("chained_layers_wait_for_their_input"));
+  const gt_case c1 = {"chain first", F(U4, 128, true), HM_BF16, HM_BF16, false, 1408, 1408, 1, false};
+  const gt_case c2 = {"chain second", F(U4, 128, true), HM_BF16, HM_BF16, false, 1000, 1408, 1, false};
+  gt_layer_data d1, d2;
+  gt_layer_data_make(&rng, &c1, &d1);
+  gt_layer_data_make(&rng, &c2, &d2);
+  hm_layer *l1 = gt_layer_make(engine, &c1, &d1), *l2 = gt_layer_make(engine, &c2, &d2);
+  hm_stream *s = NULL;
+  HM_ASSERT_OK(hm_stream_create(engine, &s));
+  const int64_t ms[] = {1, 64, 333};
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(ms); i++) {
+    const int64_t m = ms[i];
+    void *a = gt_random(&rng, c1.act, m * c1.k, 1.0f);
+    const size_t mid_bytes = (size_t)(m * c1.n) * 2, out_bytes = (size_t)(m * c2.n) * 2;
+    void *mid = gt_alloc(mid_bytes), *out = gt_alloc(out_bytes), *ref = gt_alloc(out_bytes);
+    void *da = gt_upload(engine, a, (size_t)(m * c1.k) * 2), *dmid = NULL, *dout = NULL;
+    HM_ASSERT_OK(hm_mem_alloc(engine, mid_bytes, &dmid));
+    HM_ASSERT_OK(hm_mem_alloc(engine, out_bytes, &dout));
+    HM_ASSERT_OK(hm_engine_memset(engine, dmid, 0xff, mid_bytes, s));
+    HM_ASSERT_OK(hm_engine_memset(engine, dout, 0xff, out_bytes, s));
+    hm_gemm_args first = {.type = HM_GEMM_DENSE, .m = m, .a = da, .c = dmid};
+    hm_gemm_args second = {.type = HM_GEMM_DENSE, .m = m, .a = dmid, .c = dout};
+    HM_ASSERT_OK(hm_layer_forward(l1, &first, s));
+    HM_ASSERT_OK(hm_layer_forward(l2, &second, s));
+    HM_ASSERT_OK(hm_stream_synchronize(s));
+    HM_ASSERT_OK(hm_mem_download(engine, mid, dmid, mid_bytes));
+    HM_ASSERT_OK(hm_mem_download(engine, out, dout, out_bytes));
+    hm_gemm_args host = {.type = HM_GEMM_DENSE, .m = m, .a = mid};
+    gt_reference(&c2, &d2, &host, m, ref);
+    const double err = gt_compare(out, ref, m * c2.n, c2.out, c2.n, c2.name);
+    const bool ok = err <= gt_tolerance(&c2);
+    printf("%-34s M=%-5lld rel_err %.2e %s\n", "chained layers", (long long)m, err, ok ? "ok" : "FAIL");
+    failed += !ok;
+    hm_mem_free(engine, da);
+    hm_mem_free(engine, dmid);
+    hm_mem_free(engine, dout);
+    free(a);
+    free(mid);
+    free(out);
+    free(ref);
+  }
+  hm_stream_destroy(s);
+  hm_layer_destroy(l1);
+  hm_layer_destroy(l2);
+  gt_layer_data_free(&d1);
+  gt_layer_data_free(&d2);
+  if (failed) fail_msg("%d chained cases out of bound", failed);
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
@@ -133,6 +193,7 @@ int main(void) {
       cmocka_unit_test(dense_formats_match_reference),
       cmocka_unit_test(batch_invariant_rows_do_not_depend_on_m),
       cmocka_unit_test(stream_k_is_deterministic),
+      cmocka_unit_test(chained_layers_wait_for_their_input),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

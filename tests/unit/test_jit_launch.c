@@ -2,7 +2,8 @@
 /*
  * Loading and launching without a GPU: a fake driver table records what hm_kernel_get
  * and hm_kernel_launch ask of it (module image, shared memory limit, launch config,
- * cluster attribute) so the whole path runs on the CPU with real cubins.
+ * cluster and programmatic-launch attributes) so the whole path runs on the CPU with
+ * real cubins.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,14 @@ static const char big_text[] =
     "  out[threadIdx.x] = s[63 - threadIdx.x];\n"
     "}\n";
 
+/* Flagged for programmatic dependent launch (meta word 6), with a cluster of 2. */
+static const char pdl_text[] =
+    "extern \"C\" __constant__ unsigned hm_after_meta[8] = {0x686d6b6du, 64, 0, 2, 1, 1, 1, 0};\n"
+    "extern \"C\" __global__ void hm_after(const float *in, float *out) {\n"
+    "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "  out[threadIdx.x] = in[threadIdx.x];\n"
+    "}\n";
+
 /* What the fake driver saw. */
 static struct {
   int loads, unloads, retains, releases, set_attr_calls, launches;
@@ -36,7 +45,7 @@ static struct {
   char last_function[256];
   unsigned char image_head[64];
   CUlaunchConfig last_cfg;
-  CUlaunchAttribute last_attr;
+  CUlaunchAttribute last_attrs[4];
   bool fail_load;
 } seen;
 
@@ -90,8 +99,8 @@ static CUresult fake_launch(const CUlaunchConfig *cfg, CUfunction f, void **args
   (void)f, (void)args, (void)extra;
   seen.launches++;
   seen.last_cfg = *cfg;
-  memset(&seen.last_attr, 0, sizeof(seen.last_attr));
-  if (cfg->numAttrs) seen.last_attr = cfg->attrs[0];
+  memset(seen.last_attrs, 0, sizeof(seen.last_attrs));
+  for (unsigned i = 0; i < cfg->numAttrs && i < 4; i++) seen.last_attrs[i] = cfg->attrs[i];
   return CUDA_SUCCESS;
 }
 static CUresult fake_error_name(CUresult r, const char **s) {
@@ -216,9 +225,9 @@ static void launch_passes_dims_shared_memory_and_cluster(void **state) {
   assert_int_equal(seen.last_set_attr_value, 96 * 1024);
   assert_int_equal(seen.last_cfg.sharedMemBytes, 96 * 1024);
   assert_int_equal(seen.last_cfg.numAttrs, 1);
-  assert_int_equal(seen.last_attr.id, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
-  assert_int_equal(seen.last_attr.value.clusterDim.x, 2);
-  assert_int_equal(seen.last_attr.value.clusterDim.y, 1);
+  assert_int_equal(seen.last_attrs[0].id, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+  assert_int_equal(seen.last_attrs[0].value.clusterDim.x, 2);
+  assert_int_equal(seen.last_attrs[0].value.clusterDim.y, 1);
 
   /* A smaller request keeps the raised limit: no second attribute call. */
   dims.shared_bytes = 64 * 1024;
@@ -254,7 +263,32 @@ static void metadata_sets_limit_and_cluster(void **state) {
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
   assert_int_equal(seen.set_attr_calls, 1);
   assert_int_equal(seen.last_cfg.numAttrs, 1);
-  assert_int_equal(seen.last_attr.value.clusterDim.x, 2);
+  assert_int_equal(seen.last_attrs[0].value.clusterDim.x, 2);
+}
+
+static void pdl_flag_adds_programmatic_serialization(void **state) {
+  (void)state;
+  hm_kernel_source src = {.name = "hm_after", .source = pdl_text, .arch = 90, .arch_specific = true};
+  hm_kernel *k = NULL;
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
+  hm_kernel_meta meta;
+  HM_ASSERT_OK(hm_kernel_get_meta(k, &meta));
+  assert_true(meta.pdl);
+  hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 0, {0, 0, 0}};
+  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
+  assert_int_equal(seen.last_cfg.numAttrs, 2);
+  assert_int_equal(seen.last_attrs[0].id, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+  assert_int_equal(seen.last_attrs[1].id, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+  assert_int_equal(seen.last_attrs[1].value.programmaticStreamSerializationAllowed, 1);
+
+  /* A kernel without the flag may read its predecessor's output at once: no attribute. */
+  hm_kernel_source plain = {.name = "hm_fill", .source = kernel_text, .arch = 80};
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &plain, &k));
+  HM_ASSERT_OK(hm_kernel_get_meta(k, &meta));
+  assert_false(meta.pdl);
+  dims.block[0] = 128;
+  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
+  assert_int_equal(seen.last_cfg.numAttrs, 0);
 }
 
 static void failed_load_is_reported_and_retried(void **state) {
@@ -281,6 +315,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(launch_passes_dims_shared_memory_and_cluster, setup, teardown),
       cmocka_unit_test_setup_teardown(launch_refuses_bad_dims, setup, teardown),
       cmocka_unit_test_setup_teardown(metadata_sets_limit_and_cluster, setup, teardown),
+      cmocka_unit_test_setup_teardown(pdl_flag_adds_programmatic_serialization, setup, teardown),
       cmocka_unit_test_setup_teardown(failed_load_is_reported_and_retried, setup, teardown),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,7 +8,8 @@
 # The machine lacks cmocka and jansson: after ../shared/device/get-cmocka.sh, also
 # `(cd .devdeps && apt-get download libjansson4 libjansson-dev)` (env.sh unpacks every .deb).
 # Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
-# (dense and MoE GEMMs against torch's cuBLAS), layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
+# (dense and MoE GEMMs against torch's cuBLAS), chain (decode GEMMs back to back, PDL on
+# and off), layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
 # fp8shapes (the fp8 shapes issue #8 sets targets on; FP8_PLAN=all compares the plans),
@@ -67,6 +68,24 @@ if has kernels; then
   for g in ${KERNEL_MOE-gate_up down}; do
     step "kernel-moe-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout indexed --gemm "$g" \
       --m "${MOE_M:-1,4,16,64,256,1024,4096,8192}" --baseline torch --json "$LOGS/kernel-moe-$g.json"
+  done
+fi
+
+if has chain; then
+  # Steady state: --chain R forwards back to back per sample (distinct weights or routings),
+  # with programmatic dependent launch on and off; torch only once.
+  for pdl in 1 0; do
+    base=$([[ $pdl == 1 ]] && echo torch || echo none)
+    for c in ${CHAIN_R:-1 8}; do
+      # shellcheck disable=SC2046
+      step "chain-dense-c$c-pdl$pdl" 120 env HUMMING_PDL=$pdl "$bench" kernel $(dense_shape) --quant w4a16 \
+        --m "${CHAIN_DENSE_M:-1,16}" --chain "$c" --baseline "$base" --json "$LOGS/chain-dense-c$c-pdl$pdl.json"
+      for g in ${CHAIN_MOE-gate_up down}; do
+        step "chain-moe-$g-c$c-pdl$pdl" 150 env HUMMING_PDL=$pdl "$bench" kernel --model deepseek-v3 --quant w4a16 \
+          --layout indexed --gemm "$g" --m "${CHAIN_MOE_M:-1,16,64}" --chain "$c" --baseline "$base" \
+          --json "$LOGS/chain-moe-$g-c$c-pdl$pdl.json"
+      done
+    done
   done
 fi
 

@@ -15,7 +15,6 @@
 
 #include "gemm_params.cuh"
 #include "gemm_traits.cuh"
-#include "hm_pdl.cuh"
 #include "hm_sk_split.cuh"
 
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
@@ -49,8 +48,8 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  hm_pdl_trigger();
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   hm_pdl_prefetch_weights<C, T>(p);
-  hm_pdl_wait();
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }

@@ -88,8 +88,6 @@ __device__ __forceinline__ unsigned char hm_f32_to_e4m3(float f) {
 
 #if defined(__CUDACC__) && defined(HM_ACT_WIDTH)
 
-#include "hm_pdl.cuh"
-
 #define HM_ACT_GATED (HM_ACT_FN == HM_ACT_FN_SILU_MUL || HM_ACT_FN == HM_ACT_FN_GELU_MUL)
 #define HM_ACT_GROUPS ((HM_ACT_WIDTH + 127) / 128)
 
@@ -211,7 +209,6 @@ __device__ float hm_act_row_absmax(const unsigned short *row, bool vector) {
  * 2048 columns. The 16 lanes of a 1x128 group are consecutive lanes of one warp.
  */
 extern "C" __global__ void __launch_bounds__(HM_ACT_THREADS) hm_moe_act(hm_moe_act_params p) {
-  hm_pdl_trigger(); /* the down GEMM's CTAs may take the SMs this grid leaves */
   const long long item = blockIdx.x;
   if (item >= p.items) return;
   const long long row = p.row_of ? (long long)p.row_of[item] : item;

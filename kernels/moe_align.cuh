@@ -54,10 +54,6 @@ struct hm_moe_permute_params {
   int top_k;
 };
 
-#if defined(__CUDACC__) && (defined(HM_ALIGN_E) || defined(HM_PERMUTE))
-#include "hm_pdl.cuh"
-#endif
-
 #if defined(__CUDACC__) && defined(HM_ALIGN_E)
 
 __device__ __forceinline__ int hm_align_expert(const hm_moe_align_params &p, long long i) {
@@ -219,7 +215,6 @@ __device__ void hm_align_in_block(const hm_moe_align_params &p, int *rows) {
 }
 
 extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_fused(hm_moe_align_params p) {
-  hm_pdl_trigger(); /* what follows an alignment may be a GEMM (hm_pdl.cuh) */
   hm_align_in_block(p, nullptr);
 }
 
@@ -261,7 +256,6 @@ extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_scan
 
 /* Kernel 3 of 3: each block places its tile's ids; the grid fills the padding. */
 extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_scatter(hm_moe_align_params p) {
-  hm_pdl_trigger();
   __shared__ int warp_counts[HM_ALIGN_WARPS * HM_ALIGN_E];
   hm_align_zero(warp_counts, HM_ALIGN_WARPS * HM_ALIGN_E);
   __syncthreads();
@@ -295,7 +289,6 @@ __device__ __forceinline__ void hm_permute_copy(unsigned char *dst, const unsign
 
 /* One block per (token, slot): dst[row_of[i]] = src[i / top_k]. */
 extern "C" __global__ void __launch_bounds__(256) hm_moe_permute(hm_moe_permute_params p) {
-  hm_pdl_trigger(); /* the gate_up GEMM follows */
   const long long i = blockIdx.x;
   if (i >= p.items) return;
   const int row = p.row_of[i];

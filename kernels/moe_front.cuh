@@ -38,7 +38,6 @@ __device__ __forceinline__ void hm_front_silence(hm_moe_align_params &a) {
 }
 
 extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_front(hm_moe_front_params p) {
-  hm_pdl_trigger(); /* the gate_up GEMM follows (hm_pdl.cuh) */
   __shared__ int ids[HM_FRONT_MAX_TOKENS * HM_ROUTER_TOP_K];
   __shared__ int rows[HM_FRONT_MAX_TOKENS * (HM_ROUTER_TOP_K + 1)];
   const bool leader = blockIdx.x == 0;

@@ -38,7 +38,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
     }
     const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
     const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
-    if (unit >= T::n_units || k0 >= T::k16) return;
+    if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
     const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
     const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");

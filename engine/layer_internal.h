@@ -58,6 +58,8 @@ int hm_layer_plan_entry(const hm_gemm_plan *plan, hm_gemm_type type, int64_t val
 /* The kernel config a forward with args runs and its source; HM_NOT_READY before the plan is made. */
 hm_status hm_layer_kernel_config(const hm_layer *l, const hm_gemm_args *args, hm_gemm_config *cfg,
                                  hm_plan_source *source);
+/* The loaded kernel a forward with args runs (CUDA, after transform). */
+hm_status hm_layer_kernel_of(const hm_layer *l, const hm_gemm_args *args, hm_kernel **out);
 /* CUDA: checks that kernels exist for the layer (support matrix, shapes). */
 hm_status hm_layer_cuda_check(const hm_layer *l);
 /* CUDA: uploads and transforms the weights, builds the kernel tables of the layer's types. */

@@ -98,6 +98,17 @@ hm_status hm_layer_kernel_config(const hm_layer *l, const hm_gemm_args *args, hm
   return HM_OK;
 }
 
+hm_status hm_layer_kernel_of(const hm_layer *l, const hm_gemm_args *args, hm_kernel **out) {
+  HM_CHECK_NOT_NULL(out);
+  hm_gemm_config cfg;
+  HM_CHECK(hm_layer_kernel_config(l, args, &cfg, NULL));
+  const hm_layer_plan *p = &l->plans[args->type];
+  const int i = hm_layer_plan_entry(&p->plan, args->type, hm_gemm_valid_m(args, l->cfg.experts), args->block_m);
+  *out = l->dev.tables[args->type].kernels[i];
+  if (*out == NULL) HM_FAIL(HM_NOT_READY, "the %s kernel table is not built", hm_gemm_type_name(args->type));
+  return HM_OK;
+}
+
 int hm_layer_block_m(const hm_layer *l, int64_t valid_m) {
   if (l == NULL) return 0;
   hm_layer_plan fresh;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "gemm_epilogue.cuh"
+#include "gemm_trace.cuh"
 
 struct hm_gemm_smem_maps {
   int *a_row, *c_row, *flag, *prefix;
@@ -20,8 +21,8 @@ struct hm_sync_loop {
   static constexpr int maps_off = hm_gemm_traits<C>::pipe_or_red;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
-                                             int lane, hm_acc_t<C> &acc) {
-    hm_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc);
+                                             int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
+    hm_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc, tr);
   }
 };
 
@@ -29,11 +30,17 @@ struct hm_sync_loop {
 template <class C, class L>
 __device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                 unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn,
-                                                int wk, int lane, hm_acc_t<C> &acc) {
+                                                int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
   __syncthreads();  // the previous segment is done with the row maps and shared memory
+  tr.begin();
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
-  L::run(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc);
+  tr.once(HM_TRACE_MAPS);
+  L::run(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc, tr);
+  tr.once(HM_TRACE_FIRST_LOOP_END);
+  tr.count(HM_TRACE_SEGMENTS, 1);
+  tr.count(HM_TRACE_ITERS, ke - kb);
+  tr.begin();
   hm_reduce_warps_k<C>(smem, wmn, wk, lane, acc);
 }
 
@@ -67,8 +74,13 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
+__device__ __forceinline__ void hm_trace_segment_end(hm_trace_clock &tr) {
+  tr.add(HM_TRACE_TAIL);
+  tr.once(HM_TRACE_FIRST_END);
+}
+
 template <class C, class L = hm_sync_loop<C>>
-__device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
+__device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_clock &tr) {
   using T = hm_gemm_traits<C>;
   extern __shared__ __align__(128) unsigned char hm_smem[];
   hm_gemm_smem_maps maps;
@@ -81,21 +93,23 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
   const int wmn = warp % T::warps_mn, wk = warp / T::warps_mn;
   const int grid = p.grid, cta = blockIdx.x;
   const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
+  tr.once(HM_TRACE_COUNTED);
   const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
   hm_acc_t<C> acc;
 
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
     if (tile.skip) continue;
-    hm_gemm_segment<C, L>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc);
+    hm_gemm_segment<C, L>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc, tr);
     if (wk == 0)
       hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+    hm_trace_segment_end(tr);
   }
 
   const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
-  if (iters == 0) return;
+  if (iters == 0) return tr.finish();
   const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
-  if (cta >= ctas) return;
+  if (cta >= ctas) return tr.finish();
   const long long end = hm_sk_begin(cta + 1, iters, ctas);
   for (long long it = hm_sk_begin(cta, iters, ctas); it < end;) {
     const int t = (int)(it / T::k_iters);
@@ -104,12 +118,14 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p) {
     it += ke - kb;
     const hm_tile tile = hm_tile_at<C>(p, dp_tiles + t, maps.prefix);
     if (tile.skip) continue;
-    hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc);
+    hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
     if (kb == 0 && ke == T::k_iters) {
       if (wk == 0)
         hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
     } else {
       hm_gemm_fixup<C>(p, tile, (long long)t * T::k_iters, iters, ctas, maps, wmn, wk, lane, acc);
     }
+    hm_trace_segment_end(tr);
   }
+  tr.finish();
 }

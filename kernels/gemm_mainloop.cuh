@@ -7,6 +7,7 @@
 
 #include "gemm_load.cuh"
 #include "gemm_swap.cuh"
+#include "gemm_trace.cuh"
 #include "hm_mma.cuh"
 
 template <class C>
@@ -101,7 +102,7 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, const 
 template <class C>
 __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke, unsigned char *smem,
                             const int *a_row, int wm, int wn, int wk, int lane,
-                            hm_acc_t<C> &acc) {
+                            hm_acc_t<C> &acc, hm_trace_clock &tr) {
   using T = hm_gemm_traits<C>;
   hm_acc_zero<C>(acc);
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
@@ -115,12 +116,14 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();
+    tr.arrived(i);
     const int next = i + C::stages - 1;
     if (next < count)
       hm_load_plan_stage<C>(plan, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
     hm_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, la, acc);
   }
+  tr.looped();
   if constexpr (T::swap_ab) {
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) hm_swap_unit_to_std(acc[u][0], lane);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "gemm_params.cuh"
+#include "gemm_trace.cuh"
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
@@ -45,11 +46,14 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
   }
 }
 
+// Starts the CTA's trace (gemm_trace.cuh), so that it shows the wait too.
 template <class C, class T>
-__device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p) {
+__device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p, hm_trace_clock &tr) {
+  tr.start();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   hm_pdl_prefetch_weights<C, T>(p);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+  tr.once(HM_TRACE_WAITED);
 }

@@ -493,7 +493,7 @@ __device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_
 template <class C>
 __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                unsigned char *smem, const int *a_row, int wm, int wn, int wk, int lane,
-                               hm_acc_t<C> &acc) {
+                               hm_acc_t<C> &acc, hm_trace_clock &tr) {
   using T = hm_w8_traits<C>;
   hm_acc_zero<C>(acc);
   hm_w8_part_t<C> part;
@@ -514,6 +514,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();
+    tr.arrived(i);
     const int next = i + C::stages - 1;
     if (next < count)
       hm_w8_load_stage<C>(p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
@@ -521,6 +522,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
     hm_w8_consume<C>(p, tile, kb + i, smem + (i % C::stages) * T::stage_bytes, a_row, wm, wn, wk, lane, part,
                      acc);
   }
+  tr.looped();
   if constexpr (!T::k_scaled && !T::fp4) hm_w8_fold<C>(p, tile, 0, a_row, wm, wn, lane, part, acc);
   if constexpr (T::swap_ab)
 #pragma unroll
@@ -535,12 +537,12 @@ struct hm_w8_loop {
   static constexpr int maps_off = hm_w8_traits<C>::pipe_or_red;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
-                                             int lane, hm_acc_t<C> &acc) {
-    hm_w8_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc);
+                                             int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
+    hm_w8_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc, tr);
   }
 };
 
 template <class C>
-__device__ __forceinline__ void hm_w8_run(const hm_gemm_params &p) {
-  hm_gemm_run<C, hm_w8_loop<C>>(p);
+__device__ __forceinline__ void hm_w8_run(const hm_gemm_params &p, hm_trace_clock &tr) {
+  hm_gemm_run<C, hm_w8_loop<C>>(p, tr);
 }

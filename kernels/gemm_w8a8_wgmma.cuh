@@ -281,6 +281,6 @@ struct hm_w8wg_loop {
 };
 
 template <class C>
-__device__ __forceinline__ void hm_w8wg_run(const hm_gemm_params &p) {
-  hm_wg_run<C, hm_w8wg_loop<C>>(p);
+__device__ __forceinline__ void hm_w8wg_run(const hm_gemm_params &p, hm_trace_clock &tr) {
+  hm_wg_run<C, hm_w8wg_loop<C>>(p, tr);
 }

@@ -165,7 +165,7 @@ __device__ __forceinline__ unsigned char *hm_wg_smem_base(unsigned char *dynamic
 }
 
 template <class C, class L = hm_wg_loop<C>>
-__device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p) {
+__device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p, hm_trace_clock &) {
   extern __shared__ __align__(1024) unsigned char hm_wg_smem[];
   unsigned char *smem = hm_wg_smem_base(hm_wg_smem);
   const hm_gemm_smem_maps maps = hm_wg_maps_at(smem + L::region_bytes, C::bm);

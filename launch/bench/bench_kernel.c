@@ -16,6 +16,7 @@
 #include "bench/bench_gemm.h"
 #include "bench/bench_plan.h"
 #include "bench/bench_torch.h"
+#include "bench/bench_trace.h"
 #include "check.h"
 
 enum {
@@ -132,6 +133,7 @@ static hm_status measure(struct kernel_bench *kb, int which, const hm_bench_chai
   /* Members have the same M, so the same kernel and prediction. */
   const hm_bench_gemm_run *run = &chain.run[0];
   hm_bench_kernel_name(run->layer, &run->args, r->kernel, KERNEL_NAME_LEN);
+  hm_bench_trace_report(b, run->layer, &run->args, r->kernel);
   hm_bench_plan_predict(&kb->plans, run->layer, &run->args, &r->predicted_us, &r->source);
 done:
   hm_bench_chain_free(b, &chain);

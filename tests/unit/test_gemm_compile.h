@@ -90,8 +90,8 @@ static inline void tg_add_swap8(tg_batch *b, const hm_layer_config *lc, hm_gemm_
 /* Compiles count generated sources (through the cache), names the first failures, asserts
  * every cubin came back non-empty, and frees the sources. what names the batch. */
 static inline void tg_compile_all(hm_gemm_source *src, int count, const char *what) {
-  hm_kernel_source *srcs = calloc((size_t)count, sizeof(*srcs));
-  const hm_cubin **outs = calloc((size_t)count, sizeof(*outs));
+  hm_kernel_source *srcs = calloc((unsigned)count, sizeof(*srcs));
+  const hm_cubin **outs = calloc((unsigned)count, sizeof(*outs));
   assert_non_null(srcs);
   assert_non_null(outs);
   for (int i = 0; i < count; i++) srcs[i] = src[i].src;

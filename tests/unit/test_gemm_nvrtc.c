@@ -17,6 +17,7 @@
 #include "kernels/gemm_gen.h"
 #include "kernels/gemm_select.h"
 #include "kernels/transform.h"
+#include "params.h"
 
 typedef struct variant {
   hm_dtype weight;
@@ -109,6 +110,25 @@ static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
   tg_compile_all(b.src, b.count, "GEMM and transform");
 }
 
+/* HUMMING_TRACE=1 builds the mma.sync kernels with their per-CTA timeline: the decode
+ * tile of each dense and grouped type still compiles, for both archs. */
+static void traced_kernels_compile(void **state) {
+  (void)state;
+  static tg_batch b;
+  setenv("HUMMING_TRACE", "1", 1);
+  hm_params_reload();
+  const int archs[] = {80, 90};
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
+    for (int t = 0; t < 4; t++) {
+      hm_layer_config lc = layer_of(&variants[0], t == 0 ? 1 : 64, false);
+      add_plan(&b, &lc, (hm_gemm_type)t, archs[a], 0);
+    }
+  for (int i = 0; i < b.count; i++) assert_non_null(strstr(b.src[i].text, "#define HM_TRACE 1\n"));
+  tg_compile_all(b.src, b.count, "traced GEMM");
+  unsetenv("HUMMING_TRACE");
+  hm_params_reload();
+}
+
 static void plans_are_consistent(void **state) {
   (void)state;
   for (int inv = 0; inv < 2; inv++)
@@ -197,6 +217,7 @@ int main(void) {
       cmocka_unit_test(plans_are_consistent),
       cmocka_unit_test(illegal_configs_are_refused),
       cmocka_unit_test(every_variant_compiles_for_sm80_and_sm90a),
+      cmocka_unit_test(traced_kernels_compile),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * HUMMING_TRACE=1: after each timed kernel-mode run, the per-CTA timeline of the last
+ * launch (kernels/gemm_trace.cuh), summed up over CTAs as a footer line: when the CTAs
+ * got past the previous grid, counted their tiles, loaded row maps and saw their first
+ * stage, and how their time splits into pipeline fills, mainloops and tails (k-warp
+ * reduction, store, Stream-K fix-up). Clocks become time through each CTA's own
+ * global-timer span.
+ */
+#include "bench/bench_trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/hm_trace_slots.cuh"
+#include "layer_internal.h"
+#include "log.h"
+#include "params.h"
+
+typedef unsigned long long trace_row[HM_TRACE_SLOTS];
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median and maximum of v[0..n) (sorted in place). */
+static void median_max(double *v, int n, double *med, double *max) {
+  qsort(v, (size_t)n, sizeof(*v), cmp_double);
+  *med = v[n / 2];
+  *max = v[n - 1];
+}
+
+/* Slot s of every CTA in microseconds (clocks at ghz), or as a plain count. */
+static void column(const trace_row *rows, int n, int s, double ghz, bool count, double *out) {
+  for (int i = 0; i < n; i++) {
+    const double raw = (double)rows[i][s];
+    out[i] = count ? raw : (raw > 0 ? raw - 1 : 0) / (ghz * 1e3);
+  }
+}
+
+/* Clock rate from the CTAs' own spans (the median, robust to a coarse global timer). */
+static double clock_ghz(const trace_row *rows, int n, double *scratch) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    const double ns = (double)(rows[i][HM_TRACE_GT_EXIT] - rows[i][HM_TRACE_GT_ENTRY]);
+    if (ns > 0) scratch[m++] = (double)rows[i][HM_TRACE_EXIT] / ns;
+  }
+  if (m == 0) return 0;
+  double med, max;
+  median_max(scratch, m, &med, &max);
+  return med;
+}
+
+/* rows[0..n) are every CTA of the launch; the columns describe those that ran a segment,
+ * which it moves to the front. */
+static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
+  double *v = malloc(sizeof(double) * (size_t)n);
+  if (v == NULL) return;
+  const double ghz = clock_ghz(rows, n, v);
+  unsigned long long first = rows[0][HM_TRACE_GT_ENTRY], last = rows[0][HM_TRACE_GT_EXIT];
+  for (int i = 1; i < n; i++) {
+    if (rows[i][HM_TRACE_GT_ENTRY] < first) first = rows[i][HM_TRACE_GT_ENTRY];
+    if (rows[i][HM_TRACE_GT_EXIT] > last) last = rows[i][HM_TRACE_GT_EXIT];
+  }
+  const int launched = n;
+  n = 0;
+  for (int i = 0; i < launched; i++)
+    if (rows[i][HM_TRACE_SEGMENTS] > 0) memmove(rows[n++], rows[i], sizeof(trace_row));
+  if (n == 0) {
+    free(v);
+    return;
+  }
+  for (int i = 0; i < n; i++) v[i] = (double)(rows[i][HM_TRACE_GT_ENTRY] - first) * 1e-3;
+  double entry_med, entry_max;
+  median_max(v, n, &entry_med, &entry_max);
+  static const struct {
+    const char *name;
+    int slot;
+    bool count;
+  } cols[] = {
+      {"waited", HM_TRACE_WAITED, false},
+      {"counted", HM_TRACE_COUNTED, false},
+      {"maps", HM_TRACE_MAPS, false},
+      {"first_stage", HM_TRACE_FIRST_STAGE, false},
+      {"first_loop_end", HM_TRACE_FIRST_LOOP_END, false},
+      {"first_end", HM_TRACE_FIRST_END, false},
+      {"exit", HM_TRACE_EXIT, false},
+      {"segments", HM_TRACE_SEGMENTS, true},
+      {"iters", HM_TRACE_ITERS, true},
+      {"fill", HM_TRACE_FILL, false},
+      {"loop", HM_TRACE_LOOP, false},
+      {"tail", HM_TRACE_TAIL, false},
+  };
+  char text[1024];
+  int len = snprintf(text, sizeof(text),
+                     "trace %s: %d of %d CTAs busy, span %.2f us, %.2f GHz, entry +%.2f/%.2f us; median/max:",
+                     kernel, n, launched, (double)(last - first) * 1e-3, ghz, entry_med, entry_max);
+  for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]) && len < (int)sizeof(text); c++) {
+    double med, max;
+    column(rows, n, cols[c].slot, ghz, cols[c].count, v);
+    median_max(v, n, &med, &max);
+    len += snprintf(text + len, sizeof(text) - (size_t)len, cols[c].count ? " %s %.0f/%.0f" : " %s %.2f/%.2f",
+                    cols[c].name, med, max);
+  }
+  hm_report_footer(b->report, "%s", text);
+  free(v);
+}
+
+void hm_bench_trace_report(hm_bench *b, const hm_layer *layer, const hm_gemm_args *args, const char *kernel) {
+  if (!hm_param_trace()) return;
+  hm_kernel *k;
+  trace_row *rows = malloc(sizeof(trace_row) * HM_TRACE_CTAS);
+  if (rows == NULL) return;
+  if (hm_layer_kernel_of(layer, args, &k) != HM_OK ||
+      hm_kernel_read_global(k, "hm_trace", rows, sizeof(trace_row) * HM_TRACE_CTAS) != HM_OK) {
+    HM_WARN(BENCH, "no trace of %s: %s", kernel, hm_last_error());
+    free(rows);
+    return;
+  }
+  int n = 0;
+  while (n < HM_TRACE_CTAS && rows[n][HM_TRACE_GT_ENTRY] != 0) n++;
+  if (n == 0)
+    HM_WARN(BENCH, "kernel %s wrote no trace (only the mma.sync GEMMs are traced)", kernel);
+  else
+    summarize(b, kernel, rows, n);
+  free(rows);
+}

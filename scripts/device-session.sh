@@ -14,7 +14,8 @@
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
 # fp8shapes (the fp8 shapes issue #8 sets targets on; FP8_PLAN=all compares the plans),
 # w4a8 (W4A8 next to W8A8 on masked decode), sass (SASS of cached kernels named
-# by $SASS, run after the phases that compile them).
+# by $SASS, run after the phases that compile them), trace (per-CTA timelines of the decode
+# GEMMs, HUMMING_TRACE=1).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -87,6 +88,28 @@ if has chain; then
       done
     done
   done
+fi
+
+# Per-CTA timelines of the decode GEMMs back to back (HUMMING_TRACE=1: the mma.sync kernels
+# print them under their rows), each next to the same run untraced, which times the
+# trace's own cost; dense over K, the MoE GEMMs on plan auto and on TRACE_PLANS.
+if has trace; then
+  for tr in 0 1; do
+    for k in ${TRACE_DENSE_K:-2048 4096 8192 16384}; do
+      check=$([[ $tr == 1 && $k == 8192 ]] && echo 1 || echo 0)
+      # shellcheck disable=SC2046
+      step "trace$tr-dense-k$k" 120 env HUMMING_TRACE=$tr "$bench" kernel $(dense_shape "$k") --quant w4a16 \
+        --m "${TRACE_DENSE_M:-1,16}" --chain 8 --baseline none --check "$check" --json "$LOGS/trace$tr-dense-k$k.json"
+    done
+    for g in gate_up down; do
+      for plan in auto ${TRACE_PLANS-}; do
+        step "trace$tr-moe-$g-$plan" 150 env HUMMING_TRACE=$tr "$bench" kernel --model deepseek-v3 --quant w4a16 \
+          --layout indexed --gemm "$g" --m "${TRACE_MOE_M:-1,16}" --chain 8 --baseline none --check "$tr" \
+          --plan "$plan" --json "$LOGS/trace$tr-moe-$g-$plan.json"
+      done
+    done
+  done
+  grep -h -E "^# trace|^ *[0-9]+ " "$LOGS"/trace1-*.log | cut -c1-400 >"$OUT/traces.txt"
 fi
 
 if has w8a8; then

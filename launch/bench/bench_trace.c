@@ -108,7 +108,7 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
 }
 
 void hm_bench_trace_report(hm_bench *b, const hm_layer *layer, const hm_gemm_args *args, const char *kernel) {
-  if (!hm_param_trace()) return;
+  if (!hm_param_trace() || layer->engine->kind != HM_BACKEND_CUDA) return;
   hm_kernel *k;
   trace_row *rows = malloc(sizeof(trace_row) * HM_TRACE_CTAS);
   if (rows == NULL) return;

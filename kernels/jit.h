@@ -107,8 +107,9 @@ typedef struct hm_launch_dims {
 hm_status hm_kernel_get(hm_engine *engine, const hm_kernel_source *src, hm_kernel **out);
 /* Launches with kernel parameters args (array of pointers to each argument). */
 hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void **args, hm_stream *stream);
-/* Copies the module global `name` of a loaded kernel (exactly bytes long) to dst, after
- * the context's work; HM_UNSUPPORTED when the module has none. */
+/* Copies the module global `name` of a loaded kernel (exactly bytes long) to dst through
+ * the calling thread's current context, once the caller has waited for the kernels that
+ * write it; HM_UNSUPPORTED when the module has none. */
 hm_status hm_kernel_read_global(const hm_kernel *kernel, const char *name, void *dst, size_t bytes);
 /* Registers, static shared memory and max threads per block of a loaded kernel. */
 hm_status hm_kernel_attributes(const hm_kernel *kernel, int *regs, int *static_shared, int *max_threads);

@@ -98,12 +98,10 @@ hm_status hm_kernel_read_global(const hm_kernel *kernel, const char *name, void 
   HM_CHECK_NOT_NULL(dst);
   CUdeviceptr ptr;
   size_t size = 0;
-  HM_CU_CHECK(cuCtxSetCurrent(kernel->ctx));
   if (hm_cu.cuModuleGetGlobal(&ptr, &size, kernel->module, name) != CUDA_SUCCESS)
     HM_FAIL(HM_UNSUPPORTED, "kernel %s has no global %s", kernel->name, name);
   if (size != bytes)
     HM_FAIL(HM_INVALID_ARGUMENT, "global %s of %s is %zu bytes, not %zu", name, kernel->name, size, bytes);
-  HM_CU_CHECK(cuCtxSynchronize());
   HM_CU_CHECK(cuMemcpyDtoH(dst, ptr, bytes));
   return HM_OK;
 }

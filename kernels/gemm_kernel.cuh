@@ -13,16 +13,6 @@ struct hm_gemm_smem_maps {
   float *row_scale;
 };
 
-// Reads the tile's row maps (hm_tile_rows) for all threads; returns its A rows.
-template <class C>
-__device__ __forceinline__ const int *hm_segment_maps(const hm_gemm_params &p, const hm_tile &tile,
-                                                      const hm_gemm_smem_maps &maps, hm_trace_clock &tr) {
-  hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
-  __syncthreads();
-  tr.once(HM_TRACE_MAPS);
-  return maps.a_row;
-}
-
 // The mainloop a kernel body runs and where its row maps start in shared memory (after
 // the pipeline): the weight-only one by default; the W8A8 kernel brings its own
 // (gemm_w8a8_kernel.cuh) and shares the rest of this file.
@@ -30,21 +20,23 @@ template <class C>
 struct hm_sync_loop {
   static constexpr int maps_off = hm_gemm_traits<C>::pipe_or_red;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                             unsigned char *smem, const hm_gemm_smem_maps &maps, int wm, int wn,
-                                             int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
-    hm_mainloop<C>(
-        p, tile, kb, ke, smem, [&]() { return hm_segment_maps<C>(p, tile, maps, tr); }, wm, wn, wk, lane, acc, tr);
+                                             unsigned char *smem, const int *a_row, int wm, int wn, int wk,
+                                             int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
+    hm_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc, tr);
   }
 };
 
-// Runs k-tiles [kb, ke) of the tile (the loop loads its row maps) and reduces across warps_k.
+// Loads row maps for the tile, runs k-tiles [kb, ke) and reduces across warps_k.
 template <class C, class L>
 __device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                 unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn,
                                                 int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
   __syncthreads();  // the previous segment is done with the row maps and shared memory
   tr.begin();
-  L::run(p, tile, kb, ke, smem, maps, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc, tr);
+  hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
+  __syncthreads();
+  tr.once(HM_TRACE_MAPS);
+  L::run(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc, tr);
   tr.once(HM_TRACE_FIRST_LOOP_END);
   tr.count(HM_TRACE_SEGMENTS, 1);
   tr.count(HM_TRACE_ITERS, ke - kb);

@@ -102,11 +102,11 @@ __device__ __forceinline__ void hm_load_group_data(const unsigned char *src, con
   }
 }
 
-// A stage's weights, scales and zero points, every copy checked against K and N.
 template <class C>
-__device__ __forceinline__ void hm_load_stage_b(const hm_gemm_params &p, const hm_tile &tile, int kt,
-                                                unsigned char *st) {
+__device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st,
+                                              const int *a_row) {
   using T = hm_gemm_traits<C>;
+  hm_load_a<C>(p, kt, st, a_row);
   hm_load_b<C>(p, tile, kt, st);
   if constexpr (T::quant) hm_load_group_data<C, 128>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
   if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64>(p.zeros, tile, kt, st + T::z_off);
@@ -246,14 +246,15 @@ struct hm_load_plan {
   hm_copy_stream<Z> z;
 };
 
-// The weight, scale and zero-point copies of the tile's segment: they need the tile
-// alone, so that they may start before its row maps are read.
+// The plan of the tile's segment; a_row holds the tile's A rows (hm_tile_rows).
 template <class C>
-__device__ __forceinline__ void hm_load_plan_init_b(hm_load_plan<C> &pl, const hm_gemm_params &p,
-                                                    const hm_tile &tile) {
+__device__ __forceinline__ hm_load_plan<C> hm_load_plan_init(const hm_gemm_params &p, const hm_tile &tile,
+                                                             const int *a_row) {
   using P = hm_load_plan<C>;
   using T = hm_gemm_traits<C>;
   const unsigned tid = threadIdx.x;
+  P pl;
+  pl.a.init(p, a_row, [](int r, int ch) { return hm_a_offset<C>(r, ch); });
   hm_copy_stream_init<C, typename P::B, T::k16 * T::unit_bytes>(
       pl.b, (const unsigned char *)p.b, tile, tid,
       T::b_off + P::B::row(0, tid) * T::steps * T::unit_bytes + P::B::chunk(0, tid) * 16,
@@ -272,13 +273,7 @@ __device__ __forceinline__ void hm_load_plan_init_b(hm_load_plan<C> &pl, const h
         [&](int row, int unit, int ch) {
           return (((long long)tile.e * T::groups + row / T::bn_units) * T::n_units + unit) * 64 + ch * 16;
         });
-}
-
-// The token-row copies of the segment; a_row holds the tile's A rows (hm_tile_rows).
-template <class C>
-__device__ __forceinline__ void hm_load_plan_init_a(hm_load_plan<C> &pl, const hm_gemm_params &p,
-                                                    const int *a_row) {
-  pl.a.init(p, a_row, [](int r, int ch) { return hm_a_offset<C>(r, ch); });
+  return pl;
 }
 
 // Bytes from k-tile 0 to k-tile kt in the scales or zero points (BYTES a group and unit):
@@ -304,43 +299,23 @@ __device__ __forceinline__ void hm_copy_stream_stage(const hm_copy_stream<G> &s,
 // Fills stage st with k-tile kt: the plan's copies, or the checked loads for a last
 // k-tile that reaches past K.
 template <class C>
-__device__ __forceinline__ bool hm_load_checked(int kt) {
-  return hm_load_plan<C>::k_tail && kt == hm_gemm_traits<C>::k_iters - 1;
-}
-
-// The token rows of k-tile kt into stage st.
-template <class C>
-__device__ __forceinline__ void hm_load_plan_stage_a(const hm_load_plan<C> &pl, const hm_gemm_params &p, int kt,
-                                                     unsigned char *st, const int *a_row) {
-  if (hm_load_checked<C>(kt))
-    hm_load_a<C>(p, kt, st, a_row);
-  else
-    pl.a.stage(kt, hm_smem_addr(st));
-}
-
-// The weights, scales and zero points of k-tile kt into stage st.
-template <class C>
-__device__ __forceinline__ void hm_load_plan_stage_b(const hm_load_plan<C> &pl, const hm_gemm_params &p,
-                                                     const hm_tile &tile, int kt, unsigned char *st) {
+__device__ __forceinline__ void hm_load_plan_stage(const hm_load_plan<C> &pl, const hm_gemm_params &p,
+                                                   const hm_tile &tile, int kt, unsigned char *st,
+                                                   const int *a_row) {
   using P = hm_load_plan<C>;
   using T = hm_gemm_traits<C>;
-  if (hm_load_checked<C>(kt)) {
-    hm_load_stage_b<C>(p, tile, kt, st);
-    return;
+  if constexpr (P::k_tail) {
+    if (kt == T::k_iters - 1) {
+      hm_load_stage<C>(p, tile, kt, st, a_row);
+      return;
+    }
   }
   const unsigned tid = threadIdx.x, sa = hm_smem_addr(st);
+  pl.a.stage(kt, sa);
   hm_copy_stream_stage<typename P::B, T::steps * T::unit_bytes>(pl.b, sa, kt * (T::steps * T::unit_bytes),
                                                                 tid);
   if constexpr (T::quant)
     hm_copy_stream_stage<typename P::S, 128>(pl.s, sa, hm_group_kt_bytes<C, 128>(kt), tid);
   if constexpr (T::z_bytes > 0)
     hm_copy_stream_stage<typename P::Z, 64>(pl.z, sa, hm_group_kt_bytes<C, 64>(kt), tid);
-}
-
-template <class C>
-__device__ __forceinline__ void hm_load_plan_stage(const hm_load_plan<C> &pl, const hm_gemm_params &p,
-                                                   const hm_tile &tile, int kt, unsigned char *st,
-                                                   const int *a_row) {
-  hm_load_plan_stage_a<C>(pl, p, kt, st, a_row);
-  hm_load_plan_stage_b<C>(pl, p, tile, kt, st);
 }

@@ -97,31 +97,20 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, const 
   }
 }
 
-// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). load_maps() reads the
-// tile's row maps and returns its A rows: the first stages' weights are issued before it,
-// since they depend on the tile alone, so that the maps' round trips to memory (for a
-// grouped GEMM: the routing) overlap the weights' (traced on the H200: 2-5 us a segment
-// from its start to its first stage in MoE decode). Leaves the pipeline drained and the
-// CTA synchronized, so shared memory may be reused on return.
-template <class C, class M>
+// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). Leaves the pipeline
+// drained and the CTA synchronized, so shared memory may be reused on return.
+template <class C>
 __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke, unsigned char *smem,
-                            M &&load_maps, int wm, int wn, int wk, int lane, hm_acc_t<C> &acc,
-                            hm_trace_clock &tr) {
+                            const int *a_row, int wm, int wn, int wk, int lane,
+                            hm_acc_t<C> &acc, hm_trace_clock &tr) {
   using T = hm_gemm_traits<C>;
   hm_acc_zero<C>(acc);
-  hm_load_plan<C> plan;
-  hm_load_plan_init_b<C>(plan, p, tile);
+  const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
+  const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
   const int count = ke - kb;
 #pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s)
-    if (s < count) hm_load_plan_stage_b<C>(plan, p, tile, kb + s, smem + s * T::stage_bytes);
-  const int *a_row = load_maps();
-  hm_load_plan_init_a<C>(plan, p, a_row);
-  const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
-  // The first group holds every prologue stage's weights: stage 0 waits for them all.
-#pragma unroll
   for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < count) hm_load_plan_stage_a<C>(plan, p, kb + s, smem + s * T::stage_bytes, a_row);
+    if (s < count) hm_load_plan_stage<C>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
     hm_cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {

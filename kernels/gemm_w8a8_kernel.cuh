@@ -536,9 +536,8 @@ template <class C>
 struct hm_w8_loop {
   static constexpr int maps_off = hm_w8_traits<C>::pipe_or_red;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                             unsigned char *smem, const hm_gemm_smem_maps &maps, int wm, int wn,
-                                             int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
-    const int *a_row = hm_segment_maps<C>(p, tile, maps, tr);
+                                             unsigned char *smem, const int *a_row, int wm, int wn, int wk,
+                                             int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
     hm_w8_mainloop<C>(p, tile, kb, ke, smem, a_row, wm, wn, wk, lane, acc, tr);
   }
 };

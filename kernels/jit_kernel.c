@@ -101,13 +101,6 @@ static hm_status read_attributes(struct hm_kernel *k) {
   k->shared_limit = HM_DEFAULT_SHARED_LIMIT;
   if (k->meta.shared_bytes > HM_DEFAULT_SHARED_LIMIT)
     HM_CHECK(hm_kernel_set_shared_limit(k, k->meta.shared_bytes));
-  /* A kernel launched programmatically only gains if its CTAs can sit beside the previous
-   * kernel's CTAs and wait there. Sized for one CTA (the driver's own choice), the carveout
-   * kept them out: traced back to back on the H200, the next decode GEMM's CTAs entered
-   * only as the previous one's left, 13 us after its first. */
-  if (k->meta.pdl)
-    HM_CU_CHECK(cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                   CU_SHAREDMEM_CARVEOUT_MAX_SHARED));
   return HM_OK;
 }
 

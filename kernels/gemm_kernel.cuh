@@ -6,8 +6,6 @@
 #pragma once
 
 #include "gemm_epilogue.cuh"
-#include "gemm_pdl.cuh"
-#include "gemm_prefetch.cuh"
 #include "gemm_trace.cuh"
 
 struct hm_gemm_smem_maps {
@@ -20,8 +18,7 @@ struct hm_gemm_smem_maps {
 // (gemm_w8a8_kernel.cuh) and shares the rest of this file.
 template <class C>
 struct hm_sync_loop {
-  using traits = hm_gemm_traits<C>;
-  static constexpr int maps_off = traits::pipe_or_red;
+  static constexpr int maps_off = hm_gemm_traits<C>::pipe_or_red;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
                                              int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
@@ -85,7 +82,6 @@ __device__ __forceinline__ void hm_trace_segment_end(hm_trace_clock &tr) {
 template <class C, class L = hm_sync_loop<C>>
 __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_clock &tr) {
   using T = hm_gemm_traits<C>;
-  using BT = typename L::traits;  // the weights' unit layout
   extern __shared__ __align__(128) unsigned char hm_smem[];
   hm_gemm_smem_maps maps;
   maps.a_row = (int *)(hm_smem + L::maps_off);
@@ -99,46 +95,23 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
   const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
   tr.once(HM_TRACE_COUNTED);
   const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
-  const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
-  const int ctas = iters == 0 ? 0 : hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
-  const long long begin = cta < ctas ? hm_sk_begin(cta, iters, ctas) : 0;
-  const long long end = cta < ctas ? hm_sk_begin(cta + 1, iters, ctas) : 0;
-  // The first k-tiles of a segment go to L2 while the segment before it finishes
-  // (hm_prefetch_k_tiles): whole tile t, the split range from iteration it, or the CTA's
-  // next segment after whole tile t (-1: before its first).
-  const auto prefetch_tile = [&](int t) {
-    const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
-    if (!tile.skip) hm_prefetch_k_tiles<C, BT>(p, tile.e, tile.n_tile, 0, T::k_iters);
-  };
-  const auto prefetch_split = [&](long long it) {
-    if (it >= end) return;
-    const int kb = (int)(it % T::k_iters);
-    const hm_tile tile = hm_tile_at<C>(p, dp_tiles + (int)(it / T::k_iters), maps.prefix);
-    const long long left = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
-    if (!tile.skip) hm_prefetch_k_tiles<C, BT>(p, tile.e, tile.n_tile, kb, (int)left);
-  };
-  const auto prefetch_next = [&](int t) {
-    const int next = t < 0 ? cta : t + grid;
-    if (next < dp_tiles)
-      prefetch_tile(next);
-    else
-      prefetch_split(begin);
-  };
-  // A dense decode kernel warmed its first segment before its wait (hm_pdl_enter).
-  if (!hm_pdl_prefetches<C>()) prefetch_next(-1);
   hm_acc_t<C> acc;
 
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
     if (tile.skip) continue;
     hm_gemm_segment<C, L>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc, tr);
-    prefetch_next(t);
     if (wk == 0)
       hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
     hm_trace_segment_end(tr);
   }
 
-  for (long long it = begin; it < end;) {
+  const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
+  if (iters == 0) return tr.finish();
+  const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
+  if (cta >= ctas) return tr.finish();
+  const long long end = hm_sk_begin(cta + 1, iters, ctas);
+  for (long long it = hm_sk_begin(cta, iters, ctas); it < end;) {
     const int t = (int)(it / T::k_iters);
     const int kb = (int)(it % T::k_iters);
     const int ke = (int)(end - it < T::k_iters - kb ? kb + (end - it) : T::k_iters);
@@ -146,7 +119,6 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
     const hm_tile tile = hm_tile_at<C>(p, dp_tiles + t, maps.prefix);
     if (tile.skip) continue;
     hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
-    prefetch_split(it);
     if (kb == 0 && ke == T::k_iters) {
       if (wk == 0)
         hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);

@@ -14,26 +14,17 @@
 #pragma once
 
 #include "gemm_params.cuh"
-#include "gemm_prefetch.cuh"
 #include "gemm_trace.cuh"
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
-// Whether hm_pdl_enter warms L2 with the CTA's first segment.
-template <class C>
-__device__ __forceinline__ constexpr bool hm_pdl_prefetches() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return C::gemm_type == HM_GT_DENSE && C::bm <= 16;
-#else
-  return false;
-#endif
-}
-
-// The CTA's first segment under the persistent schedule (hm_gemm_run): its first whole
-// tile, else the start of its Stream-K range. T: the kernel's traits.
+// Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
+// first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
+// bulk prefetch per unit column. T: the kernel's traits (unit layout (E, N/64, K-steps)).
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
-  if constexpr (hm_pdl_prefetches<C>()) {
+  if constexpr (C::gemm_type == HM_GT_DENSE && C::bm <= 16) {
+    if (threadIdx.x >= T::bn_units) return;
     const int tiles = (int)((p.m + C::bm - 1) / C::bm) * T::n_tiles;
     const int dp = hm_sk_dp_tiles(tiles, p.grid, C::stream_k);
     int t = blockIdx.x, kb = 0, count = T::k_iters;
@@ -46,7 +37,12 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       kb = (int)(it % T::k_iters);
       count = (int)(end - it < T::k_iters - kb ? end - it : T::k_iters - kb);
     }
-    hm_prefetch_k_tiles<C, T>(p, 0, t % T::n_tiles, kb, count);
+    const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
+    const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
+    if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
+    const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
+    const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
   }
 }
 

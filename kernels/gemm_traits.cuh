@@ -37,8 +37,6 @@ struct hm_wo_stage {
   static constexpr int groups = !quant ? 0 : (C::group ? C::k / C::group : 1);
   static constexpr int stage_groups = (C::group == 0 || C::group >= C::bk) ? 1 : C::bk / C::group;
   static constexpr int unit_bytes = 128 * C::bits;
-  // Scales and zero points in rows of (expert, group) over the unit columns.
-  static constexpr bool group_scales = quant;
 
   static constexpr int a_bytes = C::bm * C::bk * 2;
   static constexpr int b_bytes = bn_units * steps * unit_bytes;

@@ -68,7 +68,6 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int wk_steps = steps / C::warps_k;
   static constexpr int k16 = (C::k + 31) / 32;  // k32 steps of the weights (the name hm_load_b reads)
   static constexpr int unit_bytes = C::w4 ? 32 * 64 / 2 : 32 * 64;  // a 32 (k) x 64 (n) unit of codes
-  static constexpr bool group_scales = false;  // block, channel or fp4 scales: none in group rows
   static constexpr bool mx = C::w4 == HM_W4_E2M1;
   static constexpr bool nv = C::w4 == HM_W4_NVFP4;
   static constexpr bool fp4 = mx || nv;        // e2m1 codes, each MMA's sums folded with its scales
@@ -535,8 +534,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 
 template <class C>
 struct hm_w8_loop {
-  using traits = hm_w8_traits<C>;
-  static constexpr int maps_off = traits::pipe_or_red;
+  static constexpr int maps_off = hm_w8_traits<C>::pipe_or_red;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
                                              int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {

@@ -14,7 +14,6 @@ struct hm_tile {
   int m_tile;  // global m-tile index
   int row0;    // first row of the tile within its expert's rows
   int n_tile;
-  int rows;   // indexed: rows of sorted_ids in use from row0 on (num_padded - row0)
   bool skip;  // expert id -1: nothing to do, no partials either
 };
 
@@ -63,12 +62,8 @@ __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, co
   tile.e = 0;
   tile.row0 = tile.m_tile * C::bm;
   tile.skip = false;
-  tile.rows = 0;
   if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    // Read beside the expert id, so that the row maps (hm_tile_row) start from the routing's
-    // sorted ids at once instead of after another round trip.
     const int e = p.expert_ids[tile.row0 / p.block_m];
-    tile.rows = *p.num_padded - tile.row0;
     tile.e = e;
     tile.skip = e < 0 || e >= C::experts;
   } else if constexpr (C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) {
@@ -97,7 +92,7 @@ __device__ __forceinline__ void hm_tile_row(const hm_gemm_params &p, const hm_ti
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     if (local < p.m) ar = cr = local;
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    if (r < C::bm && r < tile.rows) {
+    if (local < *p.num_padded) {
       const int id = p.sorted_ids[local];
       if (id >= 0 && id < p.m * p.top_k) {
         ar = id / p.a_rows_per_token;

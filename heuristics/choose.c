@@ -14,11 +14,20 @@
 #include "heuristics/choose.h"
 #include "log.h"
 
-/* Upper ends of the buckets in rows per expert; the last bucket is open. */
-static const int64_t bucket_rows[] = {1, 4, 16, 32, 64, 128, 512};
-#define BUCKETS ((int)HM_ARRAY_SIZE(bucket_rows) + 1)
+/* Upper ends of a dense layer's buckets, in rows; the last bucket is open. */
+static const int64_t dense_rows[] = {1, 4, 16, 32, 64, 128, 512};
+/*
+ * A MoE layer's, in rows per expert as 64ths. At decode an expert sees a fraction of a
+ * row (DeepSeek-V3, top 8 of 256: 1/32 a token), and 1-4 tokens (<= 1/8) want other
+ * kernels than 16 (1/2): two CTAs an SM, data-parallel or Stream-K one (docs/PERF.md
+ * eighth session). 32 and 512 rows an expert gave way: either side of each chose the same
+ * tile (DeepSeek-V3 and Qwen3 on the H200).
+ */
+static const int64_t moe_rows_x64[] = {8, 32, 64, 256, 1024, 4096, 8192};
+#define BUCKETS ((int)HM_ARRAY_SIZE(dense_rows) + 1)
 #define SAMPLES 3
 
+_Static_assert(HM_ARRAY_SIZE(moe_rows_x64) == HM_ARRAY_SIZE(dense_rows), "one bucket count for every layer");
 _Static_assert(BUCKETS <= HM_GEMM_PLAN_MAX, "a layer's kernel table holds one kernel per bucket at most");
 
 int hm_choose_bucket_count(void) { return BUCKETS; }
@@ -30,14 +39,18 @@ bool hm_choose_tuning_equal(const hm_gemm_tuning *a, const hm_gemm_tuning *b) {
          a->ctas_per_sm == b->ctas_per_sm && a->mma == b->mma && a->ws == b->ws;
 }
 
-static int64_t rows_scale(const hm_layer_config *lc, hm_gemm_type type) {
-  return type == HM_GEMM_DENSE ? 1 : lc->experts;
+/* Upper end of bucket index < BUCKETS - 1; a bucket is at least a row wide, for layers of
+ * few experts. */
+static int64_t bucket_end(const hm_layer_config *lc, hm_gemm_type type, int index) {
+  if (type == HM_GEMM_DENSE || lc->experts <= 1) return dense_rows[index];
+  const int64_t end = (moe_rows_x64[index] * lc->experts + 63) / 64;
+  const int64_t at_least = index > 0 ? bucket_end(lc, type, index - 1) + 1 : 1;
+  return end > at_least ? end : at_least;
 }
 
 void hm_choose_bucket(const hm_layer_config *lc, hm_gemm_type type, int index, int64_t *m_lo, int64_t *m_hi) {
-  const int64_t scale = rows_scale(lc, type);
-  *m_lo = index <= 0 ? 0 : bucket_rows[index - 1] * scale;
-  *m_hi = index >= BUCKETS - 1 ? INT64_MAX : bucket_rows[index] * scale;
+  *m_lo = index <= 0 ? 0 : bucket_end(lc, type, index - 1);
+  *m_hi = index >= BUCKETS - 1 ? INT64_MAX : bucket_end(lc, type, index);
 }
 
 int64_t hm_choose_bucket_m(int64_t m_lo, int64_t m_hi) {

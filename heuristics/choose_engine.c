@@ -100,6 +100,27 @@ static bool tuned_choice(const plan_ctx *c, int64_t m_lo, int64_t m_hi, hm_gemm_
   return true;
 }
 
+/* Entries of this layer under this identity whose M range no bucket has any more (the
+ * buckets changed since they were measured) are never answered: a warning says so. */
+static void warn_stale_entries(const plan_ctx *c, const hm_layer_config *lc) {
+  int stale = 0;
+  for (int i = 0; i < c->table.count; i++) {
+    const hm_tune_entry *e = &c->table.entries[i];
+    if (hm_tune_table_lookup(&c->table, &c->id, c->key, e->m_lo, e->m_hi) != e) continue;
+    bool current = false;
+    for (int b = 0; b < hm_choose_bucket_count() && !current; b++) {
+      int64_t lo, hi;
+      hm_choose_bucket(lc, c->base.compute.type, b, &lo, &hi);
+      current = lo == e->m_lo && hi == e->m_hi;
+    }
+    stale += !current;
+  }
+  if (stale > 0)
+    HM_WARN(TUNE,
+            "%d tuning-table entries of %s are for M buckets no longer used, ignored (humming-moe tune)",
+            stale, c->key);
+}
+
 /* Appends (m_hi, tuning, source), widening the last entry when it has the same tuning and source. */
 static void push(hm_layer_plan *out, const hm_gemm_config *base, int64_t m_hi, const hm_gemm_tuning *t,
                  hm_plan_source source) {
@@ -125,7 +146,10 @@ static hm_status bucketed_plan(hm_engine *engine, const hm_layer_config *lc, hm_
   p.arch = c->base.arch;
   hm_gemm_plan heuristic;
   HM_CHECK(hm_choose_plan(lc, c->base.compute.type, &p, &heuristic));
-  if (source != HM_PLAN_HEURISTIC) HM_CHECK(load_table(engine, source, c));
+  if (source != HM_PLAN_HEURISTIC) {
+    HM_CHECK(load_table(engine, source, c));
+    warn_stale_entries(c, lc);
+  }
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
     hm_choose_bucket(lc, c->base.compute.type, b, &lo, &hi);

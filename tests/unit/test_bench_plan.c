@@ -39,8 +39,8 @@ static const char *text(json_t *row, const char *key) {
   return s;
 }
 
-/* Stores, for bucket 0 of tiny's gate_up on this host, a legal tuning the heuristic does not pick; returns
- * its bm. */
+/* Stores, for the bucket of tiny's gate_up at M = 1 (2 rows) on this host, a legal tuning the heuristic does
+ * not pick; returns its bm. */
 static int store_tuned_entry(void) {
   hm_engine *engine = hm_test_host_engine();
   hm_model_preset preset;
@@ -63,13 +63,15 @@ static int store_tuned_entry(void) {
   hm_tune_entry e;
   memset(&e, 0, sizeof(e));
   for (int i = 0; i < n && e.tuning.bm == 0; i++)
-    if (ranked[i].bm >= 32 && ranked[i].bm != heuristic.plan.cfg[0].tuning.bm) e.tuning = ranked[i];
+    if (ranked[i].bm >= 32 &&
+        ranked[i].bm != heuristic.plan.cfg[hm_gemm_plan_pick(&heuristic.plan, 2)].tuning.bm)
+      e.tuning = ranked[i];
   assert_true(e.tuning.bm >= 32);
   hm_gemm_config base;
   HM_ASSERT_OK(hm_gemm_config_from_layer(lc, HM_GEMM_INDEXED, arch, &base));
   HM_ASSERT_OK(hm_tune_identity_for_engine(engine, &e.id));
   hm_tune_layer_key(&base, e.layer, sizeof(e.layer));
-  hm_choose_bucket(lc, HM_GEMM_INDEXED, 0, &e.m_lo, &e.m_hi);
+  for (int b = 0; b == 0 || e.m_hi < 2; b++) hm_choose_bucket(lc, HM_GEMM_INDEXED, b, &e.m_lo, &e.m_hi);
   e.tuned_us = 1.0;
   e.heuristic_us = 2.0;
   HM_ASSERT_OK(hm_tune_table_store(dir, &e, 1));

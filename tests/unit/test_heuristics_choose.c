@@ -3,8 +3,9 @@
  * The analytic choice on every model preset, format (weight-only and W8A8) and profile
  * (h20, h200, a100): every chosen config is legal and fits the profile, its predicted time
  * is never below the roofline, the M intervals cover all M, the H20 and H200 choices
- * part where the cost model says they should, and W8A8 on the H200 moves from mma.sync
- * at decode to the wgmma kernel at thousands of rows per expert.
+ * part where the cost model says they should, W8A8 on the H200 moves from mma.sync at
+ * decode to the wgmma kernel at thousands of rows per expert, and MoE buckets part 1-4
+ * decode tokens from 16.
  */
 #include <stdio.h>
 #include <string.h>
@@ -283,6 +284,40 @@ static void grouped_rows_come_from_the_routed_count(void **state) {
   assert_true(us[0] < 1.5 * us[1] && us[1] < 1.5 * us[0]);
 }
 
+/* DeepSeek-V3's routed experts (top 8 of 256) on one rank, W4A16 g128. */
+static hm_layer_config deepseek_experts(int64_t n, int64_t k) {
+  return layer("w4a16", n, k, 256);
+}
+
+/*
+ * MoE buckets end at fractions of a row per expert, so that 1-4 tokens of a top-8 layer of
+ * 256 experts (8-32 rows) and 16 tokens (128 rows) get kernels of their own; dense buckets
+ * stay in rows; a layer of two experts still gets buckets at least a row wide.
+ */
+static void decode_tokens_get_buckets_of_their_own(void **state) {
+  (void)state;
+  const hm_layer_config moe = deepseek_experts(4096, 7168), dense = layer("w4a16", 8192, 8192, 1);
+  const int64_t moe_ends[] = {32, 128, 256, 1024, 4096, 16384, 32768};
+  const int64_t dense_ends[] = {1, 4, 16, 32, 64, 128, 512};
+  assert_int_equal(hm_choose_bucket_count(), (int)HM_ARRAY_SIZE(moe_ends) + 1);
+  assert_true(hm_choose_bucket_count() <= HM_GEMM_PLAN_MAX);
+  for (int b = 0; b < hm_choose_bucket_count(); b++) {
+    int64_t lo, hi;
+    const bool open = b == hm_choose_bucket_count() - 1;
+    hm_choose_bucket(&moe, HM_GEMM_INDEXED, b, &lo, &hi);
+    assert_int_equal(lo, b ? moe_ends[b - 1] : 0);
+    assert_int_equal(hi, open ? INT64_MAX : moe_ends[b]);
+    hm_choose_bucket(&dense, HM_GEMM_DENSE, b, &lo, &hi);
+    assert_int_equal(hi, open ? INT64_MAX : dense_ends[b]);
+  }
+  const hm_layer_config two = layer("w4a16", 4096, 7168, 2);
+  for (int b = 0; b < hm_choose_bucket_count(); b++) {
+    int64_t lo, hi;
+    hm_choose_bucket(&two, HM_GEMM_GROUPED_MASKED, b, &lo, &hi);
+    assert_true(hi > lo && lo >= b);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_preset_quant_profile_is_legal),
@@ -293,6 +328,7 @@ int main(void) {
       cmocka_unit_test(w8a8_moves_to_wgmma_with_rows_per_expert),
       cmocka_unit_test(w8a8_decode_takes_the_swapped_tile),
       cmocka_unit_test(grouped_rows_come_from_the_routed_count),
+      cmocka_unit_test(decode_tokens_get_buckets_of_their_own),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

@@ -31,13 +31,17 @@ typedef struct log_capture {
   const char *key; /* the layer key whose table line to keep */
   int warnings;
   char table_line[512];
+  char warning[512]; /* the last warning */
 } log_capture;
 
 static void capture(hm_log_level level, const char *line, void *user) {
   log_capture *c = user;
   char want[256];
   snprintf(want, sizeof(want), "kernel table of %s:", c->key);
-  if (level == HM_LOG_WARN) c->warnings++;
+  if (level == HM_LOG_WARN) {
+    c->warnings++;
+    snprintf(c->warning, sizeof(c->warning), "%s", line);
+  }
   if (strstr(line, want) != NULL) snprintf(c->table_line, sizeof(c->table_line), "%s", line);
 }
 
@@ -103,17 +107,15 @@ static hm_gemm_tuning distinctive(const hm_layer_config *lc, const hm_gemm_confi
   return pick;
 }
 
-/* Stores t for bucket 0 of lc under this engine's identity, and under another device. */
-static void store_bucket0(const hm_layer_config *lc, const hm_gemm_config *base, const hm_gemm_tuning *t,
-                          int64_t *m_hi) {
+/* Stores t for valid M in (m_lo, m_hi] of base's layer under this engine's identity, and under another
+ * device. */
+static void store_entry(const hm_gemm_config *base, const hm_gemm_tuning *t, int64_t m_lo, int64_t m_hi) {
   hm_tune_entry e[2];
   memset(e, 0, sizeof(e));
-  int64_t m_lo = 0;
-  hm_choose_bucket(lc, type_of(lc), 0, &m_lo, m_hi);
   HM_ASSERT_OK(hm_tune_identity_for_engine(engine, &e[0].id));
   hm_tune_layer_key(base, e[0].layer, sizeof(e[0].layer));
   e[0].m_lo = m_lo;
-  e[0].m_hi = *m_hi;
+  e[0].m_hi = m_hi;
   e[0].tuning = *t;
   e[0].tuned_us = 1.0;
   e[0].heuristic_us = 2.0;
@@ -121,6 +123,23 @@ static void store_bucket0(const hm_layer_config *lc, const hm_gemm_config *base,
   snprintf(e[1].id.device, sizeof(e[1].id.device), "another GPU");
   e[1].tuning.bm = 128;
   HM_ASSERT_OK(hm_tune_table_store(root, e, 2));
+}
+
+/* Stores t for lc's bucket holding valid M m; *m_hi receives its upper end. */
+static void store_bucket_of(const hm_layer_config *lc, const hm_gemm_config *base, const hm_gemm_tuning *t,
+                            int64_t m, int64_t *m_hi) {
+  int64_t m_lo = 0;
+  for (int b = 0; b == 0 || m > *m_hi; b++) hm_choose_bucket(lc, type_of(lc), b, &m_lo, m_hi);
+  store_entry(base, t, m_lo, *m_hi);
+}
+
+/* The kernel config of lc's GEMM type on the arch this engine plans for. */
+static hm_gemm_config base_of(const hm_layer_config *lc) {
+  int arch = 0;
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_heuristics_arch(engine, &arch));
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type_of(lc), arch, &base));
+  return base;
 }
 
 /* A transformed layer with random weights under HUMMING_GEMM_PLAN=source, its log captured. */
@@ -170,10 +189,9 @@ static void tuned_table_drives_the_layer(int64_t experts) {
   HM_ASSERT_OK(hm_heuristics_arch(engine, &arch));
   HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, type_of(&lc), arch, &base));
   const hm_gemm_tuning t = distinctive(&lc, &base);
-  int64_t m_hi = 0;
-  store_bucket0(&lc, &base, &t, &m_hi);
   const int64_t m = experts == 1 ? 1 : 2 * TOP_K;
-  assert_true(m <= m_hi);
+  int64_t m_hi = 0;
+  store_bucket_of(&lc, &base, &t, m, &m_hi);
   hm_plan_source source;
   log_capture log;
 
@@ -210,6 +228,26 @@ static void tuned_table_drives_the_layer(int64_t experts) {
   assert_false(hm_choose_tuning_equal(&cfg.tuning, &t));
   assert_int_equal(l->plans[type_of(&lc)].tuned_buckets, 0);
   assert_non_null(strstr(log.table_line, "heuristic"));
+  hm_layer_destroy(l);
+}
+
+/* A table tuned on buckets since replaced (a MoE layer's first used to end at a row an
+ * expert) is still read; the entry no bucket asks for is reported, the heuristic serves. */
+static void entries_of_replaced_buckets_are_reported(void **state) {
+  (void)state;
+  const hm_layer_config lc = layer_config(8);
+  const hm_gemm_config base = base_of(&lc);
+  const hm_gemm_tuning t = distinctive(&lc, &base);
+  store_entry(&base, &t, 0, lc.experts);
+  log_capture log;
+  hm_layer *l = make_layer(&lc, "auto", &log);
+  char key[192];
+  hm_tune_layer_key(&base, key, sizeof(key));
+  assert_non_null(strstr(log.warning, "no longer used"));
+  assert_non_null(strstr(log.warning, key));
+  hm_plan_source source;
+  config_at(l, 3 * TOP_K, &source); /* 6 rows: in the replaced (0, 8], in no bucket stored */
+  assert_int_equal(source, HM_PLAN_HEURISTIC);
   hm_layer_destroy(l);
 }
 
@@ -326,10 +364,7 @@ static void tuning_names_round_trip(void **state) {
 static void pinned_tuning_serves_every_m(void **state) {
   (void)state;
   const hm_layer_config lc = layer_config(8);
-  int arch = 0;
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_heuristics_arch(engine, &arch));
-  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_INDEXED, arch, &base));
+  const hm_gemm_config base = base_of(&lc);
   const hm_gemm_tuning t = distinctive(&lc, &base);
   char name[96];
   hm_gemm_tuning_name(&t, name, sizeof(name));
@@ -366,6 +401,7 @@ static void pinned_tuning_serves_every_m(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(moe_layer_picks_the_tuned_entry),
+      cmocka_unit_test(entries_of_replaced_buckets_are_reported),
       cmocka_unit_test(dense_layer_picks_the_tuned_entry),
       cmocka_unit_test(block_m_agrees_with_the_kernel_picked),
       cmocka_unit_test(named_profile_plans_like_the_heuristics),

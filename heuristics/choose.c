@@ -88,41 +88,60 @@ hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, 
 }
 
 /*
+ * Whether b is the fixed table's tuning under another schedule (Stream-K, CTAs an SM) and
+ * that tuning the swapped decode tile: the cost model's schedule terms were fitted to that
+ * tile run under each (choose_cost.c), so their order among its schedules stands. Other
+ * tiles keep the table's measured schedule within the model's resolution.
+ */
+static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning *b) {
+  hm_gemm_tuning rescheduled = *b;
+  rescheduled.stream_k = table->stream_k;
+  rescheduled.sk_min_iters = table->sk_min_iters;
+  rescheduled.ctas_per_sm = table->ctas_per_sm;
+  return table->bm == 8 && hm_choose_tuning_equal(&rescheduled, table);
+}
+
+/* The best score seen, and the candidate that scored it. */
+typedef struct scored {
+  int index;
+  double score, predicted_us;
+} scored;
+
+static void keep_if_better(scored *kept, int index, double score, double predicted_us, bool wins_ties) {
+  if (score < kept->score || (wins_ties && score <= kept->score))
+    *kept = (scored){index, score, predicted_us};
+}
+
+/*
  * The index of the best of cands over (m_lo, m_hi], and its predicted time at the judging
- * point. The fixed table's tuning, which measurements chose, wins when it scores within
- * the model's resolution of the best (HM_CHOOSE_MODEL_RESOLUTION).
+ * point. The fixed table's tuning, which measurements chose, wins when it scores within the
+ * model's resolution of the best (HM_CHOOSE_MODEL_RESOLUTION); for the swapped decode tile,
+ * under the schedule that scores best (the table's own on exact ties).
  */
 static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
                            const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
                            double *predicted_us) {
   hm_gemm_config table;
   const bool has_table = hm_gemm_select(base, hm_choose_bucket_m(m_lo, m_hi), &table) == HM_OK;
-  double best_score = INFINITY, table_score = INFINITY, table_us = 0;
-  int table_index = -1;
-  *best = -1;
+  scored overall = {-1, INFINITY, 0}, table_tile = {-1, INFINITY, 0};
   for (int i = 0; i < count; i++) {
     hm_gemm_config cfg = *base;
     cfg.tuning = cands[i];
     double score = 0, at_judge = 0;
     HM_CHECK(hm_choose_score(lc, &cfg, p, m_lo, m_hi, &score, &at_judge));
-    if (score < best_score) {
-      best_score = score;
-      *best = i;
-      *predicted_us = at_judge;
-    }
-    if (has_table && table_index < 0 && hm_choose_tuning_equal(&cands[i], &table.tuning)) {
-      table_index = i;
-      table_score = score;
-      table_us = at_judge;
-    }
+    keep_if_better(&overall, i, score, at_judge, false);
+    const bool is_table = has_table && hm_choose_tuning_equal(&cands[i], &table.tuning);
+    if (is_table || (has_table && decode_reschedule(&table.tuning, &cands[i])))
+      keep_if_better(&table_tile, i, score, at_judge, is_table);
   }
-  if (*best < 0)
+  if (overall.index < 0)
     HM_FAIL(HM_UNSUPPORTED, "no legal GEMM tuning for N=%lld K=%lld E=%lld on %s", (long long)lc->n,
             (long long)lc->k, (long long)lc->experts, p->name);
-  if (table_index >= 0 && table_score <= best_score * (1.0 + HM_CHOOSE_MODEL_RESOLUTION)) {
-    *best = table_index;
-    *predicted_us = table_us;
-  }
+  const bool tie =
+      table_tile.index >= 0 && table_tile.score <= overall.score * (1.0 + HM_CHOOSE_MODEL_RESOLUTION);
+  const scored *chosen = tie ? &table_tile : &overall;
+  *best = chosen->index;
+  *predicted_us = chosen->predicted_us;
   return HM_OK;
 }
 

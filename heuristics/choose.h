@@ -15,7 +15,7 @@
 
 /* What the cost model says about one config at one valid M. */
 typedef struct hm_choose_cost {
-  double predicted_us; /* launch + max(memory, compute) + Stream-K fix-up */
+  double predicted_us; /* launch + max(memory, compute) + k-iteration, pipeline fill and fix-up latencies */
   double roofline_us;  /* hm_roofline_estimate's time: a lower bound of predicted_us */
   double mem_us, compute_us;
   double busy_ctas; /* average CTAs at work over the kernel's makespan */

@@ -24,7 +24,33 @@
  *    H200 2026-12-03: bk 64 -> 128 saved 0.43 us an iteration at M = 1 and 0.25 us at
  *    M = 4096, N = K = 8192), so deeper k tiles win where shared memory allows; the W8A8
  *    wgmma kernel adds its fold: each k-iteration its warpgroups wait out their wgmmas and
- *    scale the partial sums into the accumulators before the next ones issue.
+ *    scale the partial sums into the accumulators before the next ones issue. The wait and
+ *    barrier stall the math, so they are charged as far as the roofline says the math
+ *    bounds the kernel: at decode they hide in the weights' stream (fit below);
+ *  - segments: each piece of a tile a CTA runs starts with an empty pipeline (row maps,
+ *    then a DRAM round trip before the first MMA), and each piece that is not a whole
+ *    tile publishes a partial, fences and counts itself in with an atomic, serially;
+ *    counted for the CTA that waits longest, from the split the kernel makes. CTAs
+ *    sharing an SM stream while one of them waits, so these latencies are charged once
+ *    an SM (the CTA's own), not once per resident CTA: why two CTAs an SM win where CTAs
+ *    run many short tiles and lose where one long tile a CTA becomes two halves to fix up.
+ *
+ * Fit of the launch, segment and fix-up constants (2026-12-03, docs/PERF.md eighth
+ * session call 2: DeepSeek-V3 W4A16 g128 decode on the H200, chained forwards, the tile
+ * bm8 bn256 bk128 w1x4x2 under s4 Stream-K one and two CTAs an SM, s4 data-parallel, s6
+ * and s8, on dense M = 1 and down and gate_up M = 1 and 16, plus dense bk64 s8 and bn128
+ * w1x2x4 s6; least squares of log(predicted / measured) on a grid): LAUNCH_US 3.5 (was
+ * 2.0), PARTIAL_FIXUP_US 2.75 (the flat 1.0 us a split kernel paid before), with
+ * SEGMENT_FILL_US 1.5 as the ninth session traced it (MoE decode: 1.45-1.6 us of fill a
+ * segment; the free fit's 1.0 and 3.5 us fit 5.0 % against 5.4 %). RMS error 5.4 % over
+ * 26 cells, the worst c2 at M = 16 (+10 % down, +12 % gate_up: two CTAs gain more than
+ * the latencies they hide). Charging co-resident CTAs' latencies in part instead (shares
+ * 0-0.5) fit worse (9.6-6.2 %); charging the k-iteration cost in full at decode (K_ITER_US
+ * x 56-684 iterations an SM, where the measured overhead over the roofline was 10-100 us,
+ * and the traced loop streams a k-tile in 0.56-0.59 us whatever it carries) fit at best
+ * 25 %. Data-parallel gate_up M = 1 ran 53.7 us against Stream-K's 38.6 with the same
+ * split (one whole tile a CTA): left out, its CTAs waited 64 us in the launch's
+ * dependency wait (ninth session), which the model does not know.
  */
 #include <math.h>
 
@@ -34,10 +60,11 @@
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/hm_sk_split.cuh"
 
-#define LAUNCH_US 2.0
+#define LAUNCH_US 3.5
 #define DRAM_LATENCY_US 0.8
 #define L2_BW_FACTOR 2.5
-#define SK_FIXUP_US 1.0
+#define SEGMENT_FILL_US 1.5
+#define PARTIAL_FIXUP_US 2.75
 #define WARPS_TO_FILL_SM 8.0
 #define DEQUANT_WEIGHTS_PER_SM_US 2e5
 #define OVERLAP_LOSS 0.2
@@ -80,22 +107,58 @@ static double warp_tile_efficiency(const hm_gemm_tuning *t) {
   return per_tile * fmin(1.0, warps_per_sm / WARPS_TO_FILL_SM);
 }
 
-/* How the kernel would share ceil(tiles) tiles on its grid (kernels/hm_sk_split.cuh):
- * data-parallel waves, then CTAs that split the rest. What the cost needs of it: the
- * k-iterations the busiest CTA runs, and whether some CTA's range ends inside a tile, so
- * that partials are published and summed. */
+/* How the kernel would share ceil(tiles) tiles on its grid (kernels/hm_sk_split.cuh): whole
+ * tiles in data-parallel waves, then equal Stream-K ranges. What the cost needs of it: the
+ * k-iterations the busiest CTA runs; whether some range ends inside a tile, so that
+ * partials are published and summed; and the latencies of the CTA that waits longest, a
+ * pipeline fill for each piece of a tile it runs (kernels/gemm_kernel.cuh hm_gemm_segment)
+ * and a fix-up for each of those pieces that is not a whole tile (hm_gemm_fixup). */
 typedef struct sk_split {
   double makespan_iters;
   bool fixup;
+  double latency_us;
 } sk_split;
+
+/* What a Stream-K range of len iterations starting offset iterations into a tile costs in
+ * fills and fix-ups: a fill for each tile it touches, a fix-up for each end inside one. */
+static double sk_range_latency_us(long long offset, long long len, int k_iters) {
+  const long long pieces = (offset + len - 1) / k_iters + 1;
+  const long long ragged_ends = (offset != 0) + ((offset + len) % k_iters != 0);
+  return pieces * SEGMENT_FILL_US + (ragged_ends < pieces ? ragged_ends : pieces) * PARTIAL_FIXUP_US;
+}
+
+/* The longest fill and fix-up latency of the ctas ranges iters is split into (the ones
+ * hm_sk_begin bounds), walked in order; the walk stops at a bound no range exceeds (the
+ * most tiles a range can touch, both its ends inside one), which some range reaches
+ * unless the split is aligned to the tiles. */
+static double sk_worst_latency_us(long long iters, int ctas, int k_iters) {
+  const long long base_len = iters / ctas, extra = iters % ctas;
+  const long long most_pieces = (k_iters + base_len + (extra != 0) - 2) / k_iters + 1;
+  const double most = most_pieces * SEGMENT_FILL_US + (most_pieces < 2 ? most_pieces : 2) * PARTIAL_FIXUP_US;
+  double worst_us = 0.0;
+  long long offset = 0, carry = 0;
+  for (int c = 0; c < ctas && worst_us < most; c++) {
+    carry += extra;
+    const long long len = base_len + (carry >= ctas);
+    if (carry >= ctas) carry -= ctas;
+    worst_us = fmax(worst_us, sk_range_latency_us(offset, len, k_iters));
+    offset = (offset + len) % k_iters;
+  }
+  return worst_us;
+}
 
 static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
   const int grid = sm_count * t->ctas_per_sm;
   const int all = (int)ceil(tiles), dp = hm_sk_dp_tiles(all, grid, t->stream_k);
-  const double waves = ceil((double)dp / grid) * k_iters;
-  if (all == dp) return (sk_split){waves, false};
+  const int waves = (dp + grid - 1) / grid;
+  sk_split s = {waves * k_iters, false, waves * SEGMENT_FILL_US};
+  if (all == dp) return s;
   const int ctas = hm_sk_ctas(all - dp, (int)k_iters, grid, t->sk_min_iters);
-  return (sk_split){waves + ceil((all - dp) * k_iters / ctas), ctas != all - dp};
+  const long long iters = (long long)(all - dp) * (long long)k_iters;
+  s.makespan_iters += ceil((double)iters / ctas);
+  s.fixup = ctas != all - dp;
+  s.latency_us += sk_worst_latency_us(iters, ctas, (int)k_iters);
+  return s;
 }
 
 static double pipeline_bytes_in_flight(const hm_gemm_config *cfg) {
@@ -103,6 +166,22 @@ static double pipeline_bytes_in_flight(const hm_gemm_config *cfg) {
   const double stage = (double)hm_gemm_config_smem_bytes(cfg) / t->stages;
   /* The wgmma ring keeps one more stage out of loading: the one its last wgmmas still read. */
   return stage * (t->stages - (t->mma == HM_MMA_WGMMA ? 2 : 1));
+}
+
+/*
+ * The fixed costs of the k-iterations an SM runs, its CTAs' together. The wait and barrier
+ * stall the math, so they cost time as far as the math bounds the kernel, which the
+ * roofline puts at its compute over memory time below M*: at decode they hide in the
+ * weights' stream. A two-stage ring has nothing in flight while it computes: each
+ * iteration waits out a whole DRAM round trip.
+ */
+static double iteration_us(const hm_gemm_config *cfg, const hm_roofline *r, const sk_split *split) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const bool folds = t->mma == HM_MMA_WGMMA && hm_gemm_is_w8a8(&cfg->layer);
+  const double math_share = r->mem_us > 0 ? fmin(1.0, r->compute_us / r->mem_us) : 1.0;
+  const double per_iter_us =
+      K_ITER_US * math_share + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
+  return per_iter_us * split->makespan_iters * t->ctas_per_sm;
 }
 
 hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg, int64_t valid_m,
@@ -150,15 +229,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   out->busy_ctas = busy;
   out->bw_gbs = stream_bytes_us * 1e-3;
   const double longer = fmax(out->mem_us, out->compute_us), shorter = fmin(out->mem_us, out->compute_us);
-  /* Counted per SM, as if CTAs sharing an SM did not hide each other's iteration cost. That
-   * held at M = 1 but not at 16 rows an expert, where two CTAs an SM ran 1.15-1.20x faster
-   * (MoE decode, docs/PERF.md, seventh session); the tuner finds those, the model does not.
-   * A two-stage ring has nothing in flight while it computes: each iteration waits out a
-   * whole DRAM round trip. */
-  const bool folds = t->mma == HM_MMA_WGMMA && hm_gemm_is_w8a8(&cfg->layer);
-  const double per_iter_us =
-      K_ITER_US + (t->stages <= 2 ? DRAM_LATENCY_US : 0.0) + (folds ? W8A8_WGMMA_FOLD_US : 0.0);
-  const double iter_us = per_iter_us * split.makespan_iters * t->ctas_per_sm;
-  out->predicted_us = LAUNCH_US + longer + OVERLAP_LOSS * shorter + iter_us + (split.fixup ? SK_FIXUP_US : 0.0);
+  out->predicted_us =
+      LAUNCH_US + longer + OVERLAP_LOSS * shorter + iteration_us(cfg, &r, &split) + split.latency_us;
   return HM_OK;
 }

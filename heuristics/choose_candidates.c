@@ -17,8 +17,21 @@
 #define REGS_PER_SM 65536
 /* Registers a GEMM thread needs beside its accumulators: addresses, fragments, dequant. */
 #define BASE_REGS_PER_THREAD 64
+/* The same in a plain wgmma kernel, whose A-fragment ring and copy plans stay live across
+ * the asynchronous MMAs: ptxas 13.0 (sm_90a) gave bm64 w1x8x1 207-210 registers for its 64
+ * accumulators, and 188 bytes of spills when the cost model picked it two CTAs an SM. */
+#define WGMMA_BASE_REGS_PER_THREAD 120
 /* What a warp-specialized kernel's producer threads keep (gemm_w8a8_ws.cuh). */
 #define WS_PRODUCER_REGS 56
+/*
+ * Weight columns one warp (mma.sync) or warpgroup (wgmma) may span, the swapped 8-row tile
+ * aside: a thread keeps every unit column's dequantized fragments and scale operands, which
+ * the register estimate above does not count. Wider ones spilled under ptxas 13.0 for
+ * sm_90a once the cost model started picking them two CTAs an SM (2026-12-04): bm16
+ * bn256 w1x1x4 c2 at 255 registers and 12-28 bytes of spills, the wgmma bm64 bn256 w1x4x1
+ * c2 at 255 and 80 bytes; the 8-row tile over four units stays at 126.
+ */
+#define MAX_WIDE_COLUMNS 128
 
 static const int bms[] = {8, 16, 32, 64, 128, 256};
 static const int bns[] = {64, 128, 256};
@@ -53,6 +66,7 @@ static bool wgmma_grid_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   if (!hm_gemm_wgmma_takes(base) || base->compute.batch_invariant) return false;
   if (t->warps_k != 1 || t->warps_n % 4 != 0 || t->bn % (64 * (t->warps_n / 4)) != 0) return false;
   if (hm_gemm_is_w8a8(&base->layer) && t->bk != 128) return false;
+  if (t->bn / (t->warps_n / 4) > MAX_WIDE_COLUMNS) return false;
   hm_gemm_config cfg = *base;
   cfg.tuning = *t;
   const int rows = t->bm / t->warps_m;
@@ -69,6 +83,7 @@ static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   if (t->bn % (64 * t->warps_n) != 0) return false;
   if ((t->bk / 16) % t->warps_k != 0) return false;
   if ((acc_rows / t->warps_m / 16) * (t->bn / t->warps_n / 64) > 4) return false;
+  if (t->bm != 8 && t->bn / t->warps_n > MAX_WIDE_COLUMNS) return false;
   const int threads = 32 * t->warps_m * t->warps_n * t->warps_k;
   if (threads > 1024 || acc_rows > threads) return false;
   /* The swapped 8-row tile: quantized weights only, and one MMA shape under batch invariance. */
@@ -89,7 +104,12 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
   /* A warp-specialized kernel's producer warpgroup gives its registers to the consumers
    * (setmaxnreg): only the consumers need room for the sums. */
   const int producers = t->ws ? HM_GEMM_PRODUCER_THREADS : 0;
-  const int regs = (BASE_REGS_PER_THREAD + acc_regs) * (threads - producers) + WS_PRODUCER_REGS * producers;
+  /* The 8-bit mma.sync tiles past 8 rows keep a stage's partial sums beside the f32 ones and
+   * spill even alone on an SM (ptxas 13.0: bm64 w2x4x1 144-224 bytes); two an SM spilled
+   * 352-944 bytes (bm32 w1x4x1, bm64 bk64) when the cost model began to pick them. */
+  if (t->mma == HM_MMA_SYNC && hm_gemm_is_w8a8(&cfg->layer) && t->bm != 8 && t->ctas_per_sm > 1) return false;
+  const int base = t->mma == HM_MMA_WGMMA && !t->ws ? WGMMA_BASE_REGS_PER_THREAD : BASE_REGS_PER_THREAD;
+  const int regs = (base + acc_regs) * (threads - producers) + WS_PRODUCER_REGS * producers;
   return regs * t->ctas_per_sm <= REGS_PER_SM;
 }
 

@@ -62,7 +62,7 @@ struct hm_trace_clock {
     add(HM_TRACE_LOOP);
   }
   __device__ __forceinline__ void finish() {
-    row[HM_TRACE_EXIT] = clock() - t0;
+    row[HM_TRACE_EXIT] = clock() - t0 + 1;
     const unsigned long long gt_exit = globaltimer();
     if (threadIdx.x != 0 || blockIdx.x >= HM_TRACE_CTAS) return;
     unsigned long long *out = hm_trace + blockIdx.x * HM_TRACE_SLOTS;

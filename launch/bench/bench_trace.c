@@ -31,11 +31,18 @@ static void median_max(double *v, int n, double *med, double *max) {
   *max = v[n - 1];
 }
 
-/* Slot s of every CTA in microseconds (clocks at ghz), or as a plain count. */
-static void column(const trace_row *rows, int n, int s, double ghz, bool count, double *out) {
+/* What a slot holds (kernels/hm_trace_slots.cuh). */
+typedef enum { EVENT, SUM, COUNT } slot_kind;
+
+/* Slot s of every CTA: an event's clocks since entry (stored plus one) or a sum of clocks
+ * in microseconds at ghz, or a plain count. */
+static void column(const trace_row *rows, int n, int s, double ghz, slot_kind kind, double *out) {
   for (int i = 0; i < n; i++) {
     const double raw = (double)rows[i][s];
-    out[i] = count ? raw : (raw > 0 ? raw - 1 : 0) / (ghz * 1e3);
+    if (kind == COUNT)
+      out[i] = raw;
+    else
+      out[i] = (kind == EVENT && raw > 0 ? raw - 1 : raw) / (ghz * 1e3);
   }
 }
 
@@ -44,7 +51,7 @@ static double clock_ghz(const trace_row *rows, int n, double *scratch) {
   int m = 0;
   for (int i = 0; i < n; i++) {
     const double ns = (double)(rows[i][HM_TRACE_GT_EXIT] - rows[i][HM_TRACE_GT_ENTRY]);
-    if (ns > 0) scratch[m++] = (double)rows[i][HM_TRACE_EXIT] / ns;
+    if (ns > 0) scratch[m++] = (double)(rows[i][HM_TRACE_EXIT] - 1) / ns;
   }
   if (m == 0) return 0;
   double med, max;
@@ -58,6 +65,11 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
   double *v = malloc(sizeof(double) * (size_t)n);
   if (v == NULL) return;
   const double ghz = clock_ghz(rows, n, v);
+  if (!(ghz > 0)) {
+    HM_WARN(BENCH, "trace of %s: the global timer did not advance in any CTA", kernel);
+    free(v);
+    return;
+  }
   unsigned long long first = rows[0][HM_TRACE_GT_ENTRY], last = rows[0][HM_TRACE_GT_EXIT];
   for (int i = 1; i < n; i++) {
     if (rows[i][HM_TRACE_GT_ENTRY] < first) first = rows[i][HM_TRACE_GT_ENTRY];
@@ -77,20 +89,20 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
   static const struct {
     const char *name;
     int slot;
-    bool count;
+    slot_kind kind;
   } cols[] = {
-      {"waited", HM_TRACE_WAITED, false},
-      {"counted", HM_TRACE_COUNTED, false},
-      {"maps", HM_TRACE_MAPS, false},
-      {"first_stage", HM_TRACE_FIRST_STAGE, false},
-      {"first_loop_end", HM_TRACE_FIRST_LOOP_END, false},
-      {"first_end", HM_TRACE_FIRST_END, false},
-      {"exit", HM_TRACE_EXIT, false},
-      {"segments", HM_TRACE_SEGMENTS, true},
-      {"iters", HM_TRACE_ITERS, true},
-      {"fill", HM_TRACE_FILL, false},
-      {"loop", HM_TRACE_LOOP, false},
-      {"tail", HM_TRACE_TAIL, false},
+      {"waited", HM_TRACE_WAITED, EVENT},
+      {"counted", HM_TRACE_COUNTED, EVENT},
+      {"maps", HM_TRACE_MAPS, EVENT},
+      {"first_stage", HM_TRACE_FIRST_STAGE, EVENT},
+      {"first_loop_end", HM_TRACE_FIRST_LOOP_END, EVENT},
+      {"first_end", HM_TRACE_FIRST_END, EVENT},
+      {"exit", HM_TRACE_EXIT, EVENT},
+      {"segments", HM_TRACE_SEGMENTS, COUNT},
+      {"iters", HM_TRACE_ITERS, COUNT},
+      {"fill", HM_TRACE_FILL, SUM},
+      {"loop", HM_TRACE_LOOP, SUM},
+      {"tail", HM_TRACE_TAIL, SUM},
   };
   char text[1024];
   int len = snprintf(text, sizeof(text),
@@ -98,10 +110,10 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
                      kernel, n, launched, (double)(last - first) * 1e-3, ghz, entry_med, entry_max);
   for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]) && len < (int)sizeof(text); c++) {
     double med, max;
-    column(rows, n, cols[c].slot, ghz, cols[c].count, v);
+    column(rows, n, cols[c].slot, ghz, cols[c].kind, v);
     median_max(v, n, &med, &max);
-    len += snprintf(text + len, sizeof(text) - (size_t)len, cols[c].count ? " %s %.0f/%.0f" : " %s %.2f/%.2f",
-                    cols[c].name, med, max);
+    len += snprintf(text + len, sizeof(text) - (size_t)len,
+                    cols[c].kind == COUNT ? " %s %.0f/%.0f" : " %s %.2f/%.2f", cols[c].name, med, max);
   }
   hm_report_footer(b->report, "%s", text);
   free(v);

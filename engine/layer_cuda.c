@@ -227,16 +227,6 @@ fail:
   return ret;
 }
 
-/* The table entry for args; indexed metadata must be padded to a multiple of its bm. */
-static hm_status pick_kernel(const hm_layer *l, const hm_gemm_args *args, int *out) {
-  const hm_gemm_plan *plan = &l->plans[args->type].plan;
-  *out = hm_layer_plan_entry(plan, args->type, hm_gemm_valid_m(args, l->cfg.experts), args->block_m);
-  if (*out >= 0) return HM_OK;
-  HM_FAIL(HM_INVALID_ARGUMENT,
-          "indexed forward: block_m=%d is not a multiple of any kernel's bm (use hm_layer_block_m)",
-          args->block_m);
-}
-
 hm_status hm_layer_cuda_forward(hm_layer *l, const hm_gemm_args *args, hm_stream *stream) {
   if ((unsigned)args->type >= HM_LAYER_TYPES) HM_FAIL(HM_INVALID_ARGUMENT, "GEMM type %d unknown", (int)args->type);
   if (!l->dev.tables[args->type].built) {
@@ -244,7 +234,7 @@ hm_status hm_layer_cuda_forward(hm_layer *l, const hm_gemm_args *args, hm_stream
     HM_CHECK(build_tables(l, &args->type, 1));
   }
   int i = 0;
-  HM_CHECK(pick_kernel(l, args, &i));
+  HM_CHECK(hm_layer_entry_of(l, args, &i));
   const hm_layer_table *t = &l->dev.tables[args->type];
   const hm_gemm_operands ops = {l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
   return hm_gemm_launch(t->kernels[i], &l->plans[args->type].plan.cfg[i], l->engine->sm_count, &ops, args,

@@ -55,6 +55,9 @@ hm_status hm_layer_plan_get(hm_layer *l, hm_gemm_type type, const hm_layer_plan 
  * indexed the nearest below it whose bm divides block_m; -1 when none does.
  */
 int hm_layer_plan_entry(const hm_gemm_plan *plan, hm_gemm_type type, int64_t valid_m, int block_m);
+/* The plan entry a forward with args runs; HM_NOT_READY before the plan is made,
+ * HM_INVALID_ARGUMENT for an indexed block_m no kernel's bm divides. */
+hm_status hm_layer_entry_of(const hm_layer *l, const hm_gemm_args *args, int *out);
 /* The kernel config a forward with args runs and its source; HM_NOT_READY before the plan is made. */
 hm_status hm_layer_kernel_config(const hm_layer *l, const hm_gemm_args *args, hm_gemm_config *cfg,
                                  hm_plan_source *source);

@@ -74,36 +74,40 @@ int hm_layer_plan_entry(const hm_gemm_plan *plan, hm_gemm_type type, int64_t val
   return -1;
 }
 
-hm_status hm_layer_kernel_config(const hm_layer *l, const hm_gemm_args *args, hm_gemm_config *cfg,
-                                 hm_plan_source *source) {
+hm_status hm_layer_entry_of(const hm_layer *l, const hm_gemm_args *args, int *out) {
   HM_CHECK_NOT_NULL(l);
   HM_CHECK_NOT_NULL(args);
-  HM_CHECK_NOT_NULL(cfg);
+  HM_CHECK_NOT_NULL(out);
   if ((unsigned)args->type >= HM_LAYER_TYPES)
     HM_FAIL(HM_INVALID_ARGUMENT, "GEMM type %d unknown", (int)args->type);
   if (!l->planned[args->type])
     HM_FAIL(HM_NOT_READY, "no %s plan before the layer is transformed", hm_gemm_type_name(args->type));
-  const hm_layer_plan *p = &l->plans[args->type];
-  if (p->plan.count == 0)
+  const hm_gemm_plan *plan = &l->plans[args->type].plan;
+  if (plan->count == 0)
     HM_FAIL(HM_UNSUPPORTED, "no %s GEMM kernel takes this layer", hm_gemm_type_name(args->type));
-  const int i =
-      hm_layer_plan_entry(&p->plan, args->type, hm_gemm_valid_m(args, l->cfg.experts), args->block_m);
-  if (i < 0)
+  *out = hm_layer_plan_entry(plan, args->type, hm_gemm_valid_m(args, l->cfg.experts), args->block_m);
+  if (*out < 0)
     HM_FAIL(HM_INVALID_ARGUMENT,
             "indexed forward: block_m=%d is not a multiple of any kernel's bm (use "
             "hm_layer_block_m)",
             args->block_m);
-  *cfg = p->plan.cfg[i];
-  if (source) *source = p->source[i];
+  return HM_OK;
+}
+
+hm_status hm_layer_kernel_config(const hm_layer *l, const hm_gemm_args *args, hm_gemm_config *cfg,
+                                 hm_plan_source *source) {
+  HM_CHECK_NOT_NULL(cfg);
+  int i = 0;
+  HM_CHECK(hm_layer_entry_of(l, args, &i));
+  *cfg = l->plans[args->type].plan.cfg[i];
+  if (source) *source = l->plans[args->type].source[i];
   return HM_OK;
 }
 
 hm_status hm_layer_kernel_of(const hm_layer *l, const hm_gemm_args *args, hm_kernel **out) {
   HM_CHECK_NOT_NULL(out);
-  hm_gemm_config cfg;
-  HM_CHECK(hm_layer_kernel_config(l, args, &cfg, NULL));
-  const hm_layer_plan *p = &l->plans[args->type];
-  const int i = hm_layer_plan_entry(&p->plan, args->type, hm_gemm_valid_m(args, l->cfg.experts), args->block_m);
+  int i = 0;
+  HM_CHECK(hm_layer_entry_of(l, args, &i));
   *out = l->dev.tables[args->type].kernels[i];
   if (*out == NULL) HM_FAIL(HM_NOT_READY, "the %s kernel table is not built", hm_gemm_type_name(args->type));
   return HM_OK;

@@ -121,9 +121,9 @@ typedef struct sk_split {
 
 /* What a Stream-K range of len iterations starting offset iterations into a tile costs in
  * fills and fix-ups: a fill for each tile it touches, a fix-up for each end inside one. */
-static double sk_range_latency_us(long long offset, long long len, int k_iters) {
-  const long long pieces = (offset + len - 1) / k_iters + 1;
-  const long long ragged_ends = (offset != 0) + ((offset + len) % k_iters != 0);
+static double sk_range_latency_us(int offset, int len, int k_iters) {
+  const int pieces = (offset + len - 1) / k_iters + 1;
+  const int ragged_ends = (offset != 0) + ((offset + len) % k_iters != 0);
   return pieces * SEGMENT_FILL_US + (ragged_ends < pieces ? ragged_ends : pieces) * PARTIAL_FIXUP_US;
 }
 
@@ -131,18 +131,14 @@ static double sk_range_latency_us(long long offset, long long len, int k_iters) 
  * hm_sk_begin bounds), walked in order; the walk stops at a bound no range exceeds (the
  * most tiles a range can touch, both its ends inside one), which some range reaches
  * unless the split is aligned to the tiles. */
-static double sk_worst_latency_us(long long iters, int ctas, int k_iters) {
-  const long long base_len = iters / ctas, extra = iters % ctas;
-  const long long most_pieces = (k_iters + base_len + (extra != 0) - 2) / k_iters + 1;
+static double sk_worst_latency_us(int iters, int ctas, int k_iters) {
+  const int longest = iters / ctas + (iters % ctas != 0);
+  const int most_pieces = (k_iters + longest - 2) / k_iters + 1;
   const double most = most_pieces * SEGMENT_FILL_US + (most_pieces < 2 ? most_pieces : 2) * PARTIAL_FIXUP_US;
   double worst_us = 0.0;
-  long long offset = 0, carry = 0;
   for (int c = 0; c < ctas && worst_us < most; c++) {
-    carry += extra;
-    const long long len = base_len + (carry >= ctas);
-    if (carry >= ctas) carry -= ctas;
-    worst_us = fmax(worst_us, sk_range_latency_us(offset, len, k_iters));
-    offset = (offset + len) % k_iters;
+    const int begin = hm_sk_begin(c, iters, ctas), end = hm_sk_begin(c + 1, iters, ctas);
+    worst_us = fmax(worst_us, sk_range_latency_us(begin % k_iters, end - begin, k_iters));
   }
   return worst_us;
 }
@@ -154,7 +150,7 @@ static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, 
   sk_split s = {waves * k_iters, false, waves * SEGMENT_FILL_US};
   if (all == dp) return s;
   const int ctas = hm_sk_ctas(all - dp, (int)k_iters, grid, t->sk_min_iters);
-  const long long iters = (long long)(all - dp) * (long long)k_iters;
+  const int iters = (all - dp) * (int)k_iters;
   s.makespan_iters += ceil((double)iters / ctas);
   s.fixup = ctas != all - dp;
   s.latency_us += sk_worst_latency_us(iters, ctas, (int)k_iters);

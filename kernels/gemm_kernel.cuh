@@ -47,30 +47,23 @@ __device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const h
 // A Stream-K piece of a tile: publish the partial; the last contributor sums all of
 // them in k order and stores the tile. Returns nothing; the counter is reset for reuse.
 template <class C>
-__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile,
-                                              long long first_it, long long iters, int ctas,
+__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile, const hm_sk_piece &sk,
                                               const hm_gemm_smem_maps &maps, int wmn, int wk, int lane,
                                               hm_acc_t<C> &acc) {
-  using T = hm_gemm_traits<C>;
-  const int cta = blockIdx.x;
-  const int head = hm_sk_owner(first_it, iters, ctas);
-  const int last = hm_sk_owner(first_it + T::k_iters - 1, iters, ctas);
-  const int slot = 2 * cta + (hm_sk_begin(cta, iters, ctas) < first_it ? 1 : 0);
-  if (wk == 0) hm_partial_store<C>(p, slot, wmn, lane, acc);
+  if (wk == 0) hm_partial_store<C>(p, sk.slot, wmn, lane, acc);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int arrived = atomicAdd(&p.counters[head], 1);
-    const int is_last = arrived == last - head;
-    if (is_last) atomicExch(&p.counters[head], 0);
+    const int arrived = atomicAdd(&p.counters[sk.head], 1);
+    const int is_last = arrived == sk.last - sk.head;
+    if (is_last) atomicExch(&p.counters[sk.head], 0);
     *maps.flag = is_last;
   }
   __syncthreads();
   if (!*maps.flag || wk != 0) return;
   __threadfence();
   hm_acc_zero<C>(acc);
-  for (int c = head; c <= last; ++c)
-    hm_partial_add<C>(p, 2 * c + (hm_sk_begin(c, iters, ctas) < first_it ? 1 : 0), wmn, lane, acc);
+  for (int c = sk.head; c <= sk.last; ++c) hm_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, wmn, lane, acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
@@ -91,41 +84,18 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
   maps.prefix = maps.flag + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wmn = warp % T::warps_mn, wk = warp / T::warps_mn;
-  const int grid = p.grid, cta = blockIdx.x;
   const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
   tr.once(HM_TRACE_COUNTED);
-  const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
   hm_acc_t<C> acc;
-
-  for (int t = cta; t < dp_tiles; t += grid) {
-    const hm_tile tile = hm_tile_at<C>(p, t, maps.prefix);
-    if (tile.skip) continue;
-    hm_gemm_segment<C, L>(p, tile, 0, T::k_iters, hm_smem, maps, wmn, wk, lane, acc, tr);
-    if (wk == 0)
-      hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
-    hm_trace_segment_end(tr);
-  }
-
-  const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
-  if (iters == 0) return tr.finish();
-  const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
-  if (cta >= ctas) return tr.finish();
-  const long long end = hm_sk_begin(cta + 1, iters, ctas);
-  for (long long it = hm_sk_begin(cta, iters, ctas); it < end;) {
-    const int t = (int)(it / T::k_iters);
-    const int kb = (int)(it % T::k_iters);
-    const int ke = (int)(end - it < T::k_iters - kb ? kb + (end - it) : T::k_iters);
-    it += ke - kb;
-    const hm_tile tile = hm_tile_at<C>(p, dp_tiles + t, maps.prefix);
-    if (tile.skip) continue;
+  hm_walk_segments<C, T>(p, tiles, maps.prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
     hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
     if (kb == 0 && ke == T::k_iters) {
       if (wk == 0)
         hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
     } else {
-      hm_gemm_fixup<C>(p, tile, (long long)t * T::k_iters, iters, ctas, maps, wmn, wk, lane, acc);
+      hm_gemm_fixup<C>(p, tile, sk, maps, wmn, wk, lane, acc);
     }
     hm_trace_segment_end(tr);
-  }
+  });
   tr.finish();
 }

@@ -29,13 +29,13 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
     const int dp = hm_sk_dp_tiles(tiles, p.grid, C::stream_k);
     int t = blockIdx.x, kb = 0, count = T::k_iters;
     if (t >= dp) {
-      const long long iters = (long long)(tiles - dp) * T::k_iters;
+      const int iters = (tiles - dp) * T::k_iters;
       const int ctas = hm_sk_ctas(tiles - dp, T::k_iters, p.grid, C::sk_min_iters);
       if (iters == 0 || (int)blockIdx.x >= ctas) return;
-      const long long it = hm_sk_begin(blockIdx.x, iters, ctas), end = hm_sk_begin(blockIdx.x + 1, iters, ctas);
-      t = dp + (int)(it / T::k_iters);
-      kb = (int)(it % T::k_iters);
-      count = (int)(end - it < T::k_iters - kb ? end - it : T::k_iters - kb);
+      const int it = hm_sk_begin(blockIdx.x, iters, ctas), end = hm_sk_begin(blockIdx.x + 1, iters, ctas);
+      t = dp + it / T::k_iters;
+      kb = it % T::k_iters;
+      count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
     const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
     const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;

@@ -117,3 +117,51 @@ __device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_t
   const int r = threadIdx.x;
   if (r < T::map_rows) hm_tile_row<C>(p, tile, r, a_row, c_row, row_scale);
 }
+
+// Where a segment's k-tiles sit in the Stream-K split: the CTAs holding the tile's first
+// and last k-iterations, and the partial slots of this CTA and of the first one. A CTA has
+// two: of the tile its range starts in (2c) and of a tile that starts in its range (2c+1),
+// so the other contributors use 2c. A whole tile has none. The walk works it out before
+// the mainloop, where the divisions overlap the row maps' loads instead of the fix-up's.
+struct hm_sk_piece {
+  int head, last;       // first and last contributing CTA
+  int slot, head_slot;  // partial slots of this CTA and of head
+};
+
+__device__ __forceinline__ hm_sk_piece hm_sk_piece_of(int first_it, int last_it, int begin, int iters, int ctas) {
+  hm_sk_piece s;
+  s.head = hm_sk_owner(first_it, iters, ctas);
+  s.last = hm_sk_owner(last_it, iters, ctas);
+  s.slot = 2 * (int)blockIdx.x + (begin < first_it ? 1 : 0);
+  s.head_slot = 2 * s.head + (hm_sk_begin(s.head, iters, ctas) < first_it ? 1 : 0);
+  return s;
+}
+
+// The CTA's segments in order: data-parallel waves of whole tiles, then its range of the
+// Stream-K iterations. visit(tile, kb, ke, piece) runs once a segment; a warp-specialized
+// kernel's producer and consumers walk the same sequence. T: the kernel's traits (n_tiles,
+// k_iters).
+template <class C, class T, class F>
+__device__ __forceinline__ void hm_walk_segments(const hm_gemm_params &p, int tiles, const int *prefix,
+                                                 F &&visit) {
+  const int grid = p.grid, cta = blockIdx.x;
+  const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
+  for (int t = cta; t < dp_tiles; t += grid) {
+    const hm_tile tile = hm_tile_at<C, T>(p, t, prefix);
+    if (!tile.skip) visit(tile, 0, T::k_iters, hm_sk_piece{0, 0, 0, 0});
+  }
+  const int iters = (tiles - dp_tiles) * T::k_iters;
+  if (iters == 0) return;
+  const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
+  if (cta >= ctas) return;
+  const int begin = hm_sk_begin(cta, iters, ctas), end = hm_sk_begin(cta + 1, iters, ctas);
+  for (int it = begin; it < end;) {
+    const int t = it / T::k_iters;
+    const int kb = it % T::k_iters;
+    const int ke = end - it < T::k_iters - kb ? kb + (end - it) : T::k_iters;
+    it += ke - kb;
+    const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, prefix);
+    const int first_it = t * T::k_iters;
+    if (!tile.skip) visit(tile, kb, ke, hm_sk_piece_of(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
+  }
+}

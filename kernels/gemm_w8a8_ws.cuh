@@ -106,7 +106,7 @@ struct hm_w8ws_traits : hm_w8wg_traits<C> {
     hm_w8ws_mainloop<C>(p, tile, kb, ke, ring, n, a_row, at, acc);
   }
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                               const hm_wg_split &sk, unsigned char *c_stage,
+                                               const hm_sk_piece &sk, unsigned char *c_stage,
                                                const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                                hm_wg_acc_t<C> &acc) {
     hm_wg_finish_segment<C>(p, tile, kb, ke, sk, c_stage, maps, at, acc);

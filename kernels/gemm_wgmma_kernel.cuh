@@ -46,31 +46,11 @@ __device__ __forceinline__ void hm_wg_store(const hm_gemm_params &p, const hm_ti
   O::store(p, tile, smem, maps.c_row, maps.row_scale, at.wm, at.wn, at.wq, at.lane, acc);
 }
 
-// Where a segment's k-tiles sit in the Stream-K split: the CTAs holding the tile's first
-// and last k-iterations, and the partial slots of this CTA and of the first one. A CTA has
-// two: of the tile its range starts in (2c) and of a tile that starts in its range (2c+1),
-// so the other contributors use 2c. A whole tile has none. The walk works it out before
-// the mainloop: 64-bit divisions in the fixup would run beside the live accumulators.
-struct hm_wg_split {
-  int head, last;       // first and last contributing CTA
-  int slot, head_slot;  // partial slots of this CTA and of head
-};
-
-__device__ __forceinline__ hm_wg_split hm_wg_split_of(long long first_it, long long last_it, long long begin,
-                                                      long long iters, int ctas) {
-  hm_wg_split s;
-  s.head = hm_sk_owner(first_it, iters, ctas);
-  s.last = hm_sk_owner(last_it, iters, ctas);
-  s.slot = 2 * (int)blockIdx.x + (begin < first_it ? 1 : 0);
-  s.head_slot = 2 * s.head + (hm_sk_begin(s.head, iters, ctas) < first_it ? 1 : 0);
-  return s;
-}
-
 // A Stream-K piece of a tile, as hm_gemm_fixup: publish the partial; the last
 // contributor sums all of them in k order and stores the tile.
 template <class C, class O>
 __device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_tile &tile,
-                                            const hm_wg_split &sk, unsigned char *smem,
+                                            const hm_sk_piece &sk, unsigned char *smem,
                                             const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                             hm_wg_acc_t<C> &acc) {
   using T = hm_wg_traits<C>;
@@ -96,42 +76,13 @@ __device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_ti
 // Stores a finished segment: a whole tile directly, a Stream-K piece through the fixup.
 template <class C, class O = hm_wg_c_f32<C>>
 __device__ __forceinline__ void hm_wg_finish_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
-                                                     int ke, const hm_wg_split &sk, unsigned char *smem,
+                                                     int ke, const hm_sk_piece &sk, unsigned char *smem,
                                                      const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                                      hm_wg_acc_t<C> &acc) {
   if (kb == 0 && ke == hm_wg_traits<C>::k_iters)
     hm_wg_store<C, O>(p, tile, smem, maps, at, acc);
   else
     hm_wg_fixup<C, O>(p, tile, sk, smem, maps, at, acc);
-}
-
-// The CTA's segments in order: data-parallel waves of whole tiles, then its range of the
-// Stream-K iterations. visit(tile, kb, ke, split) runs once a segment; a warp-specialized
-// kernel's producer and consumers walk the same sequence.
-template <class C, class F>
-__device__ __forceinline__ void hm_wg_walk(const hm_gemm_params &p, int tiles, const int *prefix, F &&visit) {
-  using T = hm_wg_traits<C>;
-  const int grid = p.grid, cta = blockIdx.x;
-  const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
-  for (int t = cta; t < dp_tiles; t += grid) {
-    const hm_tile tile = hm_tile_at<C, T>(p, t, prefix);
-    if (!tile.skip) visit(tile, 0, T::k_iters, hm_wg_split{0, 0, 0, 0});
-  }
-  const long long iters = (long long)(tiles - dp_tiles) * T::k_iters;
-  if (iters == 0) return;
-  const int ctas = hm_sk_ctas(tiles - dp_tiles, T::k_iters, grid, C::sk_min_iters);
-  if (cta >= ctas) return;
-  const long long begin = hm_sk_begin(cta, iters, ctas), end = hm_sk_begin(cta + 1, iters, ctas);
-  for (long long it = begin; it < end;) {
-    const int t = (int)(it / T::k_iters);
-    const int kb = (int)(it % T::k_iters);
-    const int ke = (int)(end - it < T::k_iters - kb ? kb + (end - it) : T::k_iters);
-    it += ke - kb;
-    const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, prefix);
-    const long long first_it = (long long)t * T::k_iters;
-    if (!tile.skip)
-      visit(tile, kb, ke, hm_wg_split_of(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
-  }
 }
 
 // The row maps and flag after the pipeline region; prefix last (its length is experts).
@@ -172,7 +123,7 @@ __device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p, hm_trace_cloc
   const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
   const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * hm_wg_traits<C>::n_tiles;
   hm_wg_acc_t<C> acc;
-  hm_wg_walk<C>(p, tiles, maps.prefix, [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &sk) {
+  hm_walk_segments<C, hm_wg_traits<C>>(p, tiles, maps.prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
     hm_wg_segment<C, L>(p, tile, kb, ke, smem, maps, at, acc);
     hm_wg_finish_segment<C>(p, tile, kb, ke, sk, smem, maps, at, acc);
   });

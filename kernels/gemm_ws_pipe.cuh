@@ -107,8 +107,8 @@ __device__ void hm_ws_produce(const hm_gemm_params &p, int tiles, unsigned char 
   using L = typename K::layout;
   const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
   unsigned n = 0, seg = 0;
-  hm_wg_walk<C>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
-                [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &) {
+  hm_walk_segments<C, hm_wg_traits<C>>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
+                [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &) {
                   const int b = seg & 1;
                   const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
                   hm_mbar_wait(&ring.maps_empty[b], ((seg >> 1) & 1) ^ 1);
@@ -158,8 +158,8 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
   const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
   hm_wg_acc_t<C> acc;
   unsigned n = 0, seg = 0;
-  hm_wg_walk<C>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
-                [&](const hm_tile &tile, int kb, int ke, const hm_wg_split &sk) {
+  hm_walk_segments<C, hm_wg_traits<C>>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
+                [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
                   const int b = seg & 1;
                   const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
                   hm_mbar_wait(&ring.maps_full[b], (seg >> 1) & 1);

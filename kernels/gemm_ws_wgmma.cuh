@@ -86,7 +86,7 @@ struct hm_wgws_traits : hm_wg_traits<C> {
     hm_wgws_mainloop<C>(kb, ke, ring, n, at, acc);
   }
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                               const hm_wg_split &sk, unsigned char *c_stage,
+                                               const hm_sk_piece &sk, unsigned char *c_stage,
                                                const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                                hm_wg_acc_t<C> &acc) {
     hm_wg_finish_segment<C, hm_wg_c_out<C>>(p, tile, kb, ke, sk, c_stage, maps, at, acc);

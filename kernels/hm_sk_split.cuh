@@ -26,22 +26,28 @@ HM_SK_FN int hm_sk_dp_tiles(int tiles, int grid, int stream_k) {
 // up to an eighth of the CTAs left idle (dense decode: 32 tiles on 132 SMs run on 128,
 // 8 % faster on the H200).
 HM_SK_FN int hm_sk_ctas(int tiles, int k_iters, int grid, int min_iters) {
-  const long long cap = (long long)tiles * k_iters / min_iters;
-  const int ctas = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
+  const int cap = tiles * k_iters / min_iters;
+  const int ctas = cap < 1 ? 1 : (cap < grid ? cap : grid);
   if (tiles > ctas) return ctas;
   int s = ctas / tiles;
   while (k_iters % s != 0) --s;
   return 8 * tiles * s >= 7 * ctas ? tiles * s : ctas;
 }
 
-// Iterations [begin(c), begin(c+1)) of the split tiles go to CTA c.
-HM_SK_FN long long hm_sk_begin(int c, long long iters, int ctas) {
-  return (long long)c * iters / ctas;
+// Iterations [begin(c), begin(c+1)) of the split tiles go to CTA c, the first iters % ctas
+// CTAs one more than the rest. In 32 bits: the split tiles are under two waves of the grid
+// (hm_sk_dp_tiles), so iters stays far below 2^31, and on the GPU a 64-bit division is a
+// software routine of some hundred dependent instructions, which every CTA ran on its way to
+// its first stage and again in each fix-up.
+HM_SK_FN int hm_sk_begin(int c, int iters, int ctas) {
+  const int q = iters / ctas, r = iters % ctas;
+  return c * q + (c < r ? c : r);
 }
 
 // The CTA whose range holds iteration i.
-HM_SK_FN int hm_sk_owner(long long i, long long iters, int ctas) {
-  return (int)(((i + 1) * ctas - 1) / iters);
+HM_SK_FN int hm_sk_owner(int i, int iters, int ctas) {
+  const int q = iters / ctas, r = iters % ctas, longer = r * (q + 1);
+  return i < longer ? i / (q + 1) : r + (i - longer) / q;
 }
 
 #endif

@@ -33,12 +33,12 @@ static void decode_shapes(void **state) {
 }
 
 /* The ranges of ctas CTAs cover iterations [0, iters) once, in order, each owned by its CTA. */
-static void check_cover(long long iters, int ctas) {
+static void check_cover(int iters, int ctas) {
   assert_true(hm_sk_begin(0, iters, ctas) == 0);
   assert_true(hm_sk_begin(ctas, iters, ctas) == iters);
   for (int c = 0; c < ctas; c++) {
-    const long long b = hm_sk_begin(c, iters, ctas), e = hm_sk_begin(c + 1, iters, ctas);
-    assert_true(b <= e);
+    const int b = hm_sk_begin(c, iters, ctas), e = hm_sk_begin(c + 1, iters, ctas);
+    assert_true(b <= e && e - b <= iters / ctas + 1); /* equal shares, give or take one */
     if (b < e) {
       assert_int_equal(hm_sk_owner(b, iters, ctas), c);
       assert_int_equal(hm_sk_owner(e - 1, iters, ctas), c);
@@ -56,9 +56,9 @@ static void ranges_cover_and_align(void **state) {
         for (int k_iters = 1; k_iters <= 130; k_iters += 3) {
           const int grid = grids[g], min_iters = mins[mi];
           const int ctas = hm_sk_ctas(tiles, k_iters, grid, min_iters);
-          const long long iters = (long long)tiles * k_iters;
-          const long long cap = iters / min_iters;
-          const int plain = (int)(cap < 1 ? 1 : (cap < grid ? cap : grid));
+          const int iters = tiles * k_iters;
+          const int cap = iters / min_iters;
+          const int plain = cap < 1 ? 1 : (cap < grid ? cap : grid);
           assert_true(ctas >= 1 && ctas <= plain);
           check_cover(iters, ctas);
           if (ctas == plain) continue;
@@ -68,7 +68,7 @@ static void ranges_cover_and_align(void **state) {
           assert_int_equal(k_iters % (ctas / tiles), 0);
           assert_true(8 * ctas >= 7 * plain);
           for (int c = 0; c < ctas; c++) {
-            const long long b = hm_sk_begin(c, iters, ctas), e = hm_sk_begin(c + 1, iters, ctas);
+            const int b = hm_sk_begin(c, iters, ctas), e = hm_sk_begin(c + 1, iters, ctas);
             assert_true(b / k_iters == (e - 1) / k_iters);
           }
         }

@@ -210,8 +210,14 @@ size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
   if (quant) stage += stage_groups * bn_units * 128;
   if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
   stage = (stage + 127) / 128 * 128;
-  const size_t pipe = stage * (size_t)t->stages, red = hm_gemm_red_bytes(t);
-  return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, (size_t)hm_gemm_acc_rows(t));
+  return hm_gemm_sync_smem_bytes(cfg, stage * (size_t)t->stages);
+}
+
+size_t hm_gemm_sync_smem_bytes(const hm_gemm_config *cfg, size_t pipe) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const size_t red = hm_gemm_red_bytes(t), rows = (size_t)hm_gemm_acc_rows(t);
+  if (t->bm == 8) return pipe + red + hm_gemm_maps_bytes(cfg, 2 * rows);
+  return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, rows);
 }
 
 size_t hm_gemm_red_bytes(const hm_gemm_tuning *t) {

@@ -231,8 +231,7 @@ size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {
   size_t stage =
       (size_t)t->bm * t->bk + bn_units * steps * (unit_bytes(&cfg->layer) + fp4_unit_bytes(&cfg->layer));
   stage = (stage + 127) / 128 * 128;
-  const size_t pipe = stage * (size_t)t->stages, red = hm_gemm_red_bytes(t);
-  return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, (size_t)hm_gemm_acc_rows(t));
+  return hm_gemm_sync_smem_bytes(cfg, stage * (size_t)t->stages);
 }
 
 void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {

@@ -13,12 +13,31 @@ struct hm_gemm_smem_maps {
   float *row_scale;
 };
 
-// The mainloop a kernel body runs and where its row maps start in shared memory (after
-// the pipeline): the weight-only one by default; the W8A8 kernel brings its own
+// Row-map set `set` of the kernel's shared layout M (hm_sync_smem): a_row, c_row and
+// row_scale of each set in turn, then the flag and tile prefixes that all sets share.
+template <class C, class M>
+__device__ __forceinline__ hm_gemm_smem_maps hm_gemm_maps_at(unsigned char *smem, int set) {
+  constexpr int rows = hm_gemm_traits<C>::map_rows;
+  int *base = (int *)(smem + M::maps_off);
+  hm_gemm_smem_maps maps;
+  maps.a_row = base + set * 3 * rows;
+  maps.c_row = maps.a_row + rows;
+  maps.row_scale = (float *)(maps.c_row + rows);
+  maps.flag = base + M::map_sets * 3 * rows;
+  maps.prefix = maps.flag + 1;
+  return maps;
+}
+
+// The mainloop a kernel body runs (fill: its first stages; run: the rest) and its shared
+// layout: the weight-only one by default; the W8A8 kernel brings its own
 // (gemm_w8a8_kernel.cuh) and shares the rest of this file.
 template <class C>
 struct hm_sync_loop {
-  static constexpr int maps_off = hm_gemm_traits<C>::pipe_or_red;
+  using smem = typename hm_gemm_traits<C>::smem;
+  __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                              unsigned char *smem, const int *a_row) {
+    hm_mainloop_fill<C>(p, tile, kb, ke, smem, a_row);
+  }
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
                                              int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
@@ -26,22 +45,27 @@ struct hm_sync_loop {
   }
 };
 
-// Loads row maps for the tile, runs k-tiles [kb, ke) and reduces across warps_k.
+// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke).
 template <class C, class L>
-__device__ __forceinline__ void hm_gemm_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                                unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn,
-                                                int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
-  __syncthreads();  // the previous segment is done with the row maps and shared memory
+__device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                                      unsigned char *smem, const hm_gemm_smem_maps &maps,
+                                                      hm_trace_clock &tr) {
   tr.begin();
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
   tr.once(HM_TRACE_MAPS);
+  L::fill(p, tile, kb, ke, smem, maps.a_row);
+}
+
+// Runs the begun segment's k-tiles into acc.
+template <class C, class L>
+__device__ __forceinline__ void hm_gemm_loop_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                                     unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn,
+                                                     int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
   L::run(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc, tr);
   tr.once(HM_TRACE_FIRST_LOOP_END);
   tr.count(HM_TRACE_SEGMENTS, 1);
   tr.count(HM_TRACE_ITERS, ke - kb);
-  tr.begin();
-  hm_reduce_warps_k<C>(smem, wmn, wk, lane, acc);
 }
 
 // A Stream-K piece of a tile: publish the partial; the last contributor sums all of
@@ -67,7 +91,21 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
-__device__ __forceinline__ void hm_trace_segment_end(hm_trace_clock &tr) {
+// Reduces the segment's sums across warps_k and stores them: a whole tile directly, a
+// Stream-K piece through the fix-up.
+template <class C, class M>
+__device__ __forceinline__ void hm_gemm_end_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                                    const hm_sk_piece &sk, unsigned char *smem,
+                                                    const hm_gemm_smem_maps &maps, int wmn, int wk, int lane,
+                                                    hm_acc_t<C> &acc, hm_trace_clock &tr) {
+  tr.begin();
+  hm_reduce_warps_k<C>(smem + M::red_off, wmn, wk, lane, acc);
+  if (kb == 0 && ke == hm_gemm_traits<C>::k_iters) {
+    if (wk == 0)
+      hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+  } else {
+    hm_gemm_fixup<C>(p, tile, sk, maps, wmn, wk, lane, acc);
+  }
   tr.add(HM_TRACE_TAIL);
   tr.once(HM_TRACE_FIRST_END);
 }
@@ -75,27 +113,46 @@ __device__ __forceinline__ void hm_trace_segment_end(hm_trace_clock &tr) {
 template <class C, class L = hm_sync_loop<C>>
 __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_clock &tr) {
   using T = hm_gemm_traits<C>;
+  using M = typename L::smem;
   extern __shared__ __align__(128) unsigned char hm_smem[];
-  hm_gemm_smem_maps maps;
-  maps.a_row = (int *)(hm_smem + L::maps_off);
-  maps.c_row = maps.a_row + T::map_rows;
-  maps.row_scale = (float *)(maps.c_row + T::map_rows);
-  maps.flag = (int *)(maps.row_scale + T::map_rows);
-  maps.prefix = maps.flag + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wmn = warp % T::warps_mn, wk = warp / T::warps_mn;
-  const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
+  int *prefix = hm_gemm_maps_at<C, M>(hm_smem, 0).prefix;
+  const int tiles = hm_count_m_tiles<C>(p, prefix) * T::n_tiles;
   tr.once(HM_TRACE_COUNTED);
   hm_acc_t<C> acc;
-  hm_walk_segments<C, T>(p, tiles, maps.prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
-    hm_gemm_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
-    if (kb == 0 && ke == T::k_iters) {
-      if (wk == 0)
-        hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
-    } else {
-      hm_gemm_fixup<C>(p, tile, sk, maps, wmn, wk, lane, acc);
-    }
-    hm_trace_segment_end(tr);
-  });
+  if constexpr (!M::overlap) {
+    const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, 0);
+    hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
+      __syncthreads();  // the previous segment is done with the row maps and shared memory
+      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
+      hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
+      hm_gemm_end_segment<C, M>(p, tile, kb, ke, sk, hm_smem, maps, wmn, wk, lane, acc, tr);
+    });
+  } else {
+    // A segment's row maps and first stages go out before the previous segment reduces and
+    // stores, so that its fill overlaps that tail (traced 1.5 us of fill and 1.7-5.7 us of
+    // fix-up a segment at MoE decode). The mainloop leaves the ring drained and the CTA
+    // synchronized; the reduction and the other map set have room of their own.
+    hm_tile prev{};
+    hm_sk_piece prev_sk{};
+    int prev_kb = 0, prev_ke = 0, set = 0;
+    bool pending = false;
+    hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
+      const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, set);
+      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
+      if (pending) {
+        const hm_gemm_smem_maps prev_maps = hm_gemm_maps_at<C, M>(hm_smem, set ^ 1);
+        hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, prev_maps, wmn, wk, lane, acc, tr);
+        tr.begin();  // the fill the tail left to wait for
+      }
+      hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
+      prev = tile, prev_sk = sk, prev_kb = kb, prev_ke = ke, set ^= 1;
+      pending = true;
+    });
+    if (pending)
+      hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, hm_gemm_maps_at<C, M>(hm_smem, set ^ 1),
+                                wmn, wk, lane, acc, tr);
+  }
   tr.finish();
 }

@@ -97,8 +97,23 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, const 
   }
 }
 
-// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first). Leaves the pipeline
-// drained and the CTA synchronized, so shared memory may be reused on return.
+// Issues the first stages - 1 k-tiles of [kb, ke), a commit group each, as the mainloop
+// expects to find them in flight.
+template <class C>
+__device__ __forceinline__ void hm_mainloop_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                                 unsigned char *smem, const int *a_row) {
+  using T = hm_gemm_traits<C>;
+  const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
+#pragma unroll
+  for (int s = 0; s < C::stages - 1; ++s) {
+    if (s < ke - kb) hm_load_plan_stage<C>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+    hm_cp_async_commit();
+  }
+}
+
+// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), their first stages in
+// flight (hm_mainloop_fill). Leaves the pipeline drained and the CTA synchronized, so shared
+// memory may be reused on return.
 template <class C>
 __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke, unsigned char *smem,
                             const int *a_row, int wm, int wn, int wk, int lane,
@@ -108,11 +123,6 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
   const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
   const int count = ke - kb;
-#pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < count) hm_load_plan_stage<C>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
-    hm_cp_async_commit();
-  }
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();

@@ -21,6 +21,21 @@ template <class C, int ROWS>
 constexpr int hm_maps_bytes =
     3 * ROWS * 4 + 4 + ((C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) ? C::experts * 4 : 0);
 
+// Shared memory of the mma.sync kernels behind their ring of PIPE bytes: the reduction
+// across warps_k (RED bytes) and the row maps of ROWS rows. The swapped decode tile runs
+// many short segments a CTA (Stream-K pieces of few k-tiles), so it keeps the reduction and
+// two sets of row maps beside the ring: the next segment's first stages then load while
+// this one reduces and stores (hm_gemm_run). Other tiles reduce in the drained ring.
+// Mirrored by the host (hm_gemm_sync_smem_bytes).
+template <class C, int PIPE, int RED, int ROWS>
+struct hm_sync_smem {
+  static constexpr bool overlap = C::bm == 8;
+  static constexpr int red_off = overlap ? PIPE : 0;
+  static constexpr int maps_off = overlap ? PIPE + RED : (PIPE > RED ? PIPE : RED);
+  static constexpr int map_sets = overlap ? 2 : 1;
+  static constexpr int bytes = maps_off + hm_maps_bytes<C, ROWS * map_sets>;
+};
+
 // The weight-only kernels' tile counts and pipeline stage: the activation tile, weight
 // units, scales and zero points, padded to ALIGN bytes (128; 1024 for the wgmma kernel, the
 // repeat of its 128-byte swizzle).
@@ -80,12 +95,11 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   static constexpr int group_steps = (C::group == 0 || C::group >= wk_steps * 16) ? wk_steps : C::group / 16;
   static constexpr int late_run = (!bf16 && group_steps > 4) ? 4 : group_steps;
 
-  // Accumulators of one thread and the cross-warp K reduction, which reuses the pipeline.
+  // Accumulators of one thread and the cross-warp K reduction.
   static constexpr int acc_regs = mi * nu * 32;
   static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
-  static constexpr int pipe_or_red = S::pipe_bytes > red_bytes ? S::pipe_bytes : red_bytes;
-  // After the pipeline: a_row[map_rows], c_row[map_rows], row_scale[map_rows], flag, prefix[experts].
-  static constexpr int smem_bytes = pipe_or_red + hm_maps_bytes<C, map_rows>;
+  using smem = hm_sync_smem<C, S::pipe_bytes, red_bytes, map_rows>;
+  static constexpr int smem_bytes = smem::bytes;
 
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");

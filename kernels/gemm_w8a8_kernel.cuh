@@ -80,8 +80,8 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int s_bytes = fp4 ? G::bn_units * steps * fp4_unit_bytes : 0;
   static constexpr int stage_bytes = (s_off + s_bytes + 127) / 128 * 128;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
-  static constexpr int pipe_or_red = pipe_bytes > G::red_bytes ? pipe_bytes : G::red_bytes;
-  static constexpr int smem_bytes = pipe_or_red + hm_maps_bytes<C, G::map_rows>;
+  using smem = hm_sync_smem<C, pipe_bytes, G::red_bytes, G::map_rows>;
+  static constexpr int smem_bytes = smem::bytes;
   static constexpr bool k_scaled = C::w_block || C::a_group;  // scales that change along K
   static constexpr int k_blocks = (C::k + 127) / 128;         // 1x128 scales a row, block scales a column
   // MMA blocks a unit: 8 n8 blocks, or (swapped) 4 m16 blocks of 16 weight columns.
@@ -488,8 +488,20 @@ __device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_
   }
 }
 
-// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), scales applied. Leaves
-// the pipeline drained and the CTA synchronized, so shared memory may be reused on return.
+// Issues the first stages - 1 k-tiles of [kb, ke), a commit group each (as hm_mainloop_fill).
+template <class C>
+__device__ __forceinline__ void hm_w8_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                           unsigned char *smem, const int *a_row) {
+#pragma unroll
+  for (int s = 0; s < C::stages - 1; ++s) {
+    if (s < ke - kb) hm_w8_load_stage<C>(p, tile, kb + s, smem + s * hm_w8_traits<C>::stage_bytes, a_row);
+    hm_cp_async_commit();
+  }
+}
+
+// Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), scales applied, their
+// first stages in flight (hm_w8_fill). Leaves the pipeline drained and the CTA
+// synchronized, so shared memory may be reused on return.
 template <class C>
 __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                unsigned char *smem, const int *a_row, int wm, int wn, int wk, int lane,
@@ -506,11 +518,6 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 #pragma unroll
         for (int c = 0; c < 4; ++c) part[u][m][j][c] = 0;
   const int count = ke - kb;
-#pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < count) hm_w8_load_stage<C>(p, tile, kb + s, smem + s * T::stage_bytes, a_row);
-    hm_cp_async_commit();
-  }
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();
@@ -534,7 +541,11 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 
 template <class C>
 struct hm_w8_loop {
-  static constexpr int maps_off = hm_w8_traits<C>::pipe_or_red;
+  using smem = typename hm_w8_traits<C>::smem;
+  __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                              unsigned char *smem, const int *a_row) {
+    hm_w8_fill<C>(p, tile, kb, ke, smem, a_row);
+  }
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
                                              int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {

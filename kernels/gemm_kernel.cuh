@@ -6,7 +6,6 @@
 #pragma once
 
 #include "gemm_epilogue.cuh"
-#include "gemm_pdl.cuh"
 #include "gemm_trace.cuh"
 
 struct hm_gemm_smem_maps {
@@ -29,13 +28,12 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_gemm_maps_at(unsigned char *smem
   return maps;
 }
 
-// The mainloop a kernel body runs (fill: its first stages; run: the rest), its traits and
-// shared layout: the weight-only one by default; the W8A8 kernel brings its own
+// The mainloop a kernel body runs (fill: its first stages; run: the rest) and its shared
+// layout: the weight-only one by default; the W8A8 kernel brings its own
 // (gemm_w8a8_kernel.cuh) and shares the rest of this file.
 template <class C>
 struct hm_sync_loop {
-  using traits = hm_gemm_traits<C>;
-  using smem = typename traits::smem;
+  using smem = typename hm_gemm_traits<C>::smem;
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {
     hm_mainloop_fill<C>(p, tile, kb, ke, smem, a_row);
@@ -47,26 +45,16 @@ struct hm_sync_loop {
   }
 };
 
-// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke). Returns
-// the scale of thread r's row (r < map_rows) for hm_gemm_set_row_scale: a top-k weight is
-// only for the store, so its load goes out behind the fill and is waited for later.
+// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke).
 template <class C, class L>
-__device__ __forceinline__ float hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
-                                                       int ke, unsigned char *smem, const hm_gemm_smem_maps &maps,
-                                                       hm_trace_clock &tr) {
-  const int r = threadIdx.x;
-  int c_row = -1;
+__device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+                                                      unsigned char *smem, const hm_gemm_smem_maps &maps,
+                                                      hm_trace_clock &tr) {
   tr.begin();
-  if (r < hm_gemm_traits<C>::map_rows) c_row = hm_tile_row_ids<C>(p, tile, r, maps.a_row, maps.c_row);
+  hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
   tr.once(HM_TRACE_MAPS);
   L::fill(p, tile, kb, ke, smem, maps.a_row);
-  return hm_tile_row_scale<C>(p, c_row);
-}
-
-template <class C>
-__device__ __forceinline__ void hm_gemm_set_row_scale(const hm_gemm_smem_maps &maps, float scale) {
-  if (threadIdx.x < hm_gemm_traits<C>::map_rows) maps.row_scale[threadIdx.x] = scale;
 }
 
 // Runs the begun segment's k-tiles into acc.
@@ -137,7 +125,7 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
     const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, 0);
     hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
       __syncthreads();  // the previous segment is done with the row maps and shared memory
-      hm_gemm_set_row_scale<C>(maps, hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr));
+      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
       hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
       hm_gemm_end_segment<C, M>(p, tile, kb, ke, sk, hm_smem, maps, wmn, wk, lane, acc, tr);
     });
@@ -145,25 +133,19 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
     // A segment's row maps and first stages go out before the previous segment reduces and
     // stores, so that its fill overlaps that tail (traced 1.5 us of fill and 1.7-5.7 us of
     // fix-up a segment at MoE decode). The mainloop leaves the ring drained and the CTA
-    // synchronized; the reduction and the other map set have room of their own. Only the
-    // first segment's fill has no tail to hide behind: a grouped launch, which cannot
-    // prefetch before its wait (gemm_pdl.cuh), warms L2 with its weights while warp 0
-    // builds the row maps.
+    // synchronized; the reduction and the other map set have room of their own.
     hm_tile prev{};
     hm_sk_piece prev_sk{};
     int prev_kb = 0, prev_ke = 0, set = 0;
     bool pending = false;
     hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
       const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, set);
-      if (C::gemm_type != HM_GT_DENSE && !pending)
-        hm_prefetch_tile_weights<C, typename L::traits>(p, tile.e, tile.n_tile, kb, ke - kb, 32);
-      const float row_scale = hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
+      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
       if (pending) {
         const hm_gemm_smem_maps prev_maps = hm_gemm_maps_at<C, M>(hm_smem, set ^ 1);
         hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, prev_maps, wmn, wk, lane, acc, tr);
         tr.begin();  // the fill the tail left to wait for
       }
-      hm_gemm_set_row_scale<C>(maps, row_scale);
       hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
       prev = tile, prev_sk = sk, prev_kb = kb, prev_ke = ke, set ^= 1;
       pending = true;

@@ -8,7 +8,7 @@
 // The prefetch is safe whatever ran before: L2 is the GPU's point of coherence, so a
 // line fetched early is updated by any later write. Only a dense GEMM knows its first
 // tile from the launch alone; grouped types learn theirs from the routing, which the
-// previous kernel writes, and prefetch after the wait (hm_gemm_run). Only decode tiles (bm <= 16) prefetch: there
+// previous kernel writes, and just wait. Only decode tiles (bm <= 16) prefetch: there
 // the weights are the bytes and the kernel lasts a few microseconds; in the 255-register
 // wgmma tiles the schedule the prefetch works out stays live and spills (ptxas 13.0).
 #pragma once
@@ -18,27 +18,9 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
-// Warms L2 with the weights of k-tiles [kb, kb + min(count, stages)) of the tile's unit
-// columns: one bulk prefetch a column, by threads first .. first + bn_units - 1. T: the
-// kernel's traits (unit layout (E, N/64, K-steps)).
-template <class C, class T>
-__device__ __forceinline__ void hm_prefetch_tile_weights(const hm_gemm_params &p, int e, int n_tile, int kb,
-                                                         int count, int first) {
-  const int col = (int)threadIdx.x - first;
-  if (col < 0 || col >= T::bn_units) return;
-  const int unit = n_tile * T::bn_units + col;
-  const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
-  if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
-  const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
-  const unsigned char *src =
-      (const unsigned char *)p.b + (((long long)e * T::n_units + unit) * T::k16 + k0) * T::unit_bytes;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
-
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
-// first whole tile, else the start of its Stream-K range.
+// first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
+// bulk prefetch per unit column. T: the kernel's traits (unit layout (E, N/64, K-steps)).
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
   if constexpr (C::gemm_type == HM_GT_DENSE && C::bm <= 16) {
@@ -55,7 +37,12 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       kb = it % T::k_iters;
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
-    hm_prefetch_tile_weights<C, T>(p, 0, t % T::n_tiles, kb, count, 0);
+    const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
+    const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
+    if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
+    const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
+    const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
   }
 }
 

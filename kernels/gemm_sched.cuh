@@ -81,12 +81,13 @@ __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, co
   return tile;
 }
 
-// Row r < map_rows of the tile's maps: A row and C row (-1: no row), returned as well. Rows
-// past bm (the swapped tile's 8..15) have none.
+// Row r < map_rows of the tile's maps: A row, C row (-1: no row), row scale. Rows past
+// bm (the swapped tile's 8..15) have none.
 template <class C>
-__device__ __forceinline__ int hm_tile_row_ids(const hm_gemm_params &p, const hm_tile &tile, int r, int *a_row,
-                                               int *c_row) {
+__device__ __forceinline__ void hm_tile_row(const hm_gemm_params &p, const hm_tile &tile, int r, int *a_row,
+                                            int *c_row, float *row_scale) {
   int ar = -1, cr = -1;
+  float scale = 1.0f;
   const int local = r < C::bm ? tile.row0 + r : 0x7fffffff;  // past every row count
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     if (local < p.m) ar = cr = local;
@@ -96,6 +97,7 @@ __device__ __forceinline__ int hm_tile_row_ids(const hm_gemm_params &p, const hm
       if (id >= 0 && id < p.m * p.top_k) {
         ar = id / p.a_rows_per_token;
         cr = id;
+        if (p.topk_weights) scale = p.topk_weights[id];
       }
     }
   } else if constexpr (C::gemm_type == HM_GT_CONTIGUOUS) {
@@ -105,21 +107,7 @@ __device__ __forceinline__ int hm_tile_row_ids(const hm_gemm_params &p, const hm
   }
   a_row[r] = ar;
   c_row[r] = cr;
-  return cr;
-}
-
-// The row's scale for the store: its top-k weight where an indexed launch has them, else 1.
-template <class C>
-__device__ __forceinline__ float hm_tile_row_scale(const hm_gemm_params &p, int c_row) {
-  if constexpr (C::gemm_type == HM_GT_INDEXED)
-    if (p.topk_weights && c_row >= 0) return p.topk_weights[c_row];
-  return 1.0f;
-}
-
-template <class C>
-__device__ __forceinline__ void hm_tile_row(const hm_gemm_params &p, const hm_tile &tile, int r, int *a_row,
-                                            int *c_row, float *row_scale) {
-  row_scale[r] = hm_tile_row_scale<C>(p, hm_tile_row_ids<C>(p, tile, r, a_row, c_row));
+  row_scale[r] = scale;
 }
 
 // Thread r < map_rows fills row r of the tile's maps.

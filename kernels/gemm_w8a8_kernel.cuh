@@ -541,8 +541,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 
 template <class C>
 struct hm_w8_loop {
-  using traits = hm_w8_traits<C>;
-  using smem = typename traits::smem;
+  using smem = typename hm_w8_traits<C>::smem;
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {
     hm_w8_fill<C>(p, tile, kb, ke, smem, a_row);

@@ -8,12 +8,14 @@
 #include "gemm_mainloop.cuh"
 
 // Warps with wk > 0 hand their sums to the wk == 0 warp of the same (wm, wn), which adds
-// them in wk order. Reuses the pipeline's shared memory (drained by the mainloop).
+// them in wk order, through red_smem (the drained ring, or the decode tile's own region:
+// hm_sync_smem).
 template <class C>
-__device__ __forceinline__ void hm_reduce_warps_k(unsigned char *smem, int wmn, int wk, int lane, hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_reduce_warps_k(unsigned char *red_smem, int wmn, int wk, int lane,
+                                                  hm_acc_t<C> &acc) {
   using T = hm_gemm_traits<C>;
   if constexpr (C::warps_k > 1) {
-    float *red = (float *)smem;
+    float *red = (float *)red_smem;
     if (wk > 0) {
       float *dst = red + ((wk - 1) * T::warps_mn + wmn) * T::acc_regs * 32 + lane;
       const float *a = &acc[0][0][0][0];

@@ -47,9 +47,9 @@ struct hm_sync_loop {
 
 // Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke).
 template <class C, class L>
-__device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                                      unsigned char *smem, const hm_gemm_smem_maps &maps,
-                                                      hm_trace_clock &tr) {
+__device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                                      int ke, unsigned char *smem,
+                                                      const hm_gemm_smem_maps &maps, hm_trace_clock &tr) {
   tr.begin();
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
@@ -59,9 +59,10 @@ __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, c
 
 // Runs the begun segment's k-tiles into acc.
 template <class C, class L>
-__device__ __forceinline__ void hm_gemm_loop_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                                     unsigned char *smem, const hm_gemm_smem_maps &maps, int wmn,
-                                                     int wk, int lane, hm_acc_t<C> &acc, hm_trace_clock &tr) {
+__device__ __forceinline__ void hm_gemm_loop_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                                     int ke, unsigned char *smem,
+                                                     const hm_gemm_smem_maps &maps, int wmn, int wk, int lane,
+                                                     hm_acc_t<C> &acc, hm_trace_clock &tr) {
   L::run(p, tile, kb, ke, smem, maps.a_row, wmn / C::warps_n, wmn % C::warps_n, wk, lane, acc, tr);
   tr.once(HM_TRACE_FIRST_LOOP_END);
   tr.count(HM_TRACE_SEGMENTS, 1);
@@ -71,9 +72,9 @@ __device__ __forceinline__ void hm_gemm_loop_segment(const hm_gemm_params &p, co
 // A Stream-K piece of a tile: publish the partial; the last contributor sums all of
 // them in k order and stores the tile. Returns nothing; the counter is reset for reuse.
 template <class C>
-__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile, const hm_sk_piece &sk,
-                                              const hm_gemm_smem_maps &maps, int wmn, int wk, int lane,
-                                              hm_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile,
+                                              const hm_sk_piece &sk, const hm_gemm_smem_maps &maps, int wmn,
+                                              int wk, int lane, hm_acc_t<C> &acc) {
   if (wk == 0) hm_partial_store<C>(p, sk.slot, wmn, lane, acc);
   __threadfence();
   __syncthreads();
@@ -87,15 +88,16 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   if (!*maps.flag || wk != 0) return;
   __threadfence();
   hm_acc_zero<C>(acc);
-  for (int c = sk.head; c <= sk.last; ++c) hm_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, wmn, lane, acc);
+  for (int c = sk.head; c <= sk.last; ++c)
+    hm_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, wmn, lane, acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }
 
 // Reduces the segment's sums across warps_k and stores them: a whole tile directly, a
 // Stream-K piece through the fix-up.
 template <class C, class M>
-__device__ __forceinline__ void hm_gemm_end_segment(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
-                                                    const hm_sk_piece &sk, unsigned char *smem,
+__device__ __forceinline__ void hm_gemm_end_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                                    int ke, const hm_sk_piece &sk, unsigned char *smem,
                                                     const hm_gemm_smem_maps &maps, int wmn, int wk, int lane,
                                                     hm_acc_t<C> &acc, hm_trace_clock &tr) {
   tr.begin();
@@ -143,7 +145,8 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
       hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
       if (pending) {
         const hm_gemm_smem_maps prev_maps = hm_gemm_maps_at<C, M>(hm_smem, set ^ 1);
-        hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, prev_maps, wmn, wk, lane, acc, tr);
+        hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, prev_maps, wmn, wk, lane, acc,
+                                  tr);
         tr.begin();  // the fill the tail left to wait for
       }
       hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
@@ -151,8 +154,8 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
       pending = true;
     });
     if (pending)
-      hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, hm_gemm_maps_at<C, M>(hm_smem, set ^ 1),
-                                wmn, wk, lane, acc, tr);
+      hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem,
+                                hm_gemm_maps_at<C, M>(hm_smem, set ^ 1), wmn, wk, lane, acc, tr);
   }
   tr.finish();
 }

@@ -128,7 +128,8 @@ struct hm_sk_piece {
   int slot, head_slot;  // partial slots of this CTA and of head
 };
 
-__device__ __forceinline__ hm_sk_piece hm_sk_piece_of(int first_it, int last_it, int begin, int iters, int ctas) {
+__device__ __forceinline__ hm_sk_piece hm_sk_piece_of(int first_it, int last_it, int begin, int iters,
+                                                      int ctas) {
   hm_sk_piece s;
   s.head = hm_sk_owner(first_it, iters, ctas);
   s.last = hm_sk_owner(last_it, iters, ctas);
@@ -162,6 +163,7 @@ __device__ __forceinline__ void hm_walk_segments(const hm_gemm_params &p, int ti
     it += ke - kb;
     const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, prefix);
     const int first_it = t * T::k_iters;
-    if (!tile.skip) visit(tile, kb, ke, hm_sk_piece_of(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
+    if (!tile.skip)
+      visit(tile, kb, ke, hm_sk_piece_of(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
   }
 }

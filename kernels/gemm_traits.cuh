@@ -68,7 +68,8 @@ struct hm_wo_stage {
     return (C::group == 0 || C::group >= C::bk) ? 0 : (s * 16) / C::group;
   }
 
-  static_assert(k_iters < (1 << 16), "Stream-K counts two waves of tiles' k-iterations in 32 bits (hm_sk_split.cuh)");
+  static_assert(k_iters < (1 << 16),
+                "Stream-K counts two waves of tiles' k-iterations in 32 bits (hm_sk_split.cuh)");
   static_assert(C::group == 0 || (C::group % 16 == 0 && (C::group % C::bk == 0 || C::bk % C::group == 0)),
                 "group must be a multiple of 16 that divides or is divided by bk");
 };

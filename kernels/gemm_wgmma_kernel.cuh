@@ -121,10 +121,12 @@ __device__ __forceinline__ void hm_wg_run(const hm_gemm_params &p, hm_trace_cloc
   unsigned char *smem = hm_wg_smem_base(hm_wg_smem);
   const hm_gemm_smem_maps maps = hm_wg_maps_at(smem + L::region_bytes, C::bm);
   const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
-  const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * hm_wg_traits<C>::n_tiles;
+  using T = hm_wg_traits<C>;
+  const int tiles = hm_count_m_tiles<C>(p, maps.prefix) * T::n_tiles;
   hm_wg_acc_t<C> acc;
-  hm_walk_segments<C, hm_wg_traits<C>>(p, tiles, maps.prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
+  const auto segment = [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
     hm_wg_segment<C, L>(p, tile, kb, ke, smem, maps, at, acc);
     hm_wg_finish_segment<C>(p, tile, kb, ke, sk, smem, maps, at, acc);
-  });
+  };
+  hm_walk_segments<C, T>(p, tiles, maps.prefix, segment);
 }

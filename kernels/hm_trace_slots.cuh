@@ -18,7 +18,7 @@
 #define HM_TRACE_GT_EXIT 8        /* global timer (ns) at exit */
 #define HM_TRACE_SEGMENTS 9       /* segments run */
 #define HM_TRACE_ITERS 10         /* k-iterations run */
-#define HM_TRACE_FILL 11          /* sum: segment start to its first stage */
+#define HM_TRACE_FILL 11          /* sum: segment start (or the overlapped tail's end) to its first stage */
 #define HM_TRACE_LOOP 12          /* sum: first stage to the end of the mainloop */
 #define HM_TRACE_TAIL 13          /* sum: k-warp reduction, store or Stream-K fix-up */
 #define HM_TRACE_SLOTS 16

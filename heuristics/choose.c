@@ -62,8 +62,9 @@ int64_t hm_choose_bucket_m(int64_t m_lo, int64_t m_hi) {
  * Start, geometric middle and judging point of (m_lo, m_hi], none below one token's
  * token_rows: a MoE launch holds whole tokens, top_k rows on top_k experts each. Judged at
  * one row, one expert's few tiles made Stream-K look needed where one token of DeepSeek-V3's
- * down (8 rows) ran data-parallel in 27.3 us, Stream-K in 30.8 (H200, docs/PERF.md ninth
- * session). A bucket that ends below one token, never launched, is judged at its end.
+ * down (8 rows) ran data-parallel two CTAs an SM in 24.8 us, Stream-K in 29.9 (H200,
+ * docs/PERF.md tenth session). A bucket that ends below one token, never launched, is
+ * judged at its end.
  */
 static void sample_points(int64_t m_lo, int64_t m_hi, int token_rows, int64_t out[SAMPLES]) {
   const int64_t last = hm_choose_bucket_m(m_lo, m_hi);

@@ -421,11 +421,10 @@ static void deepseek_decode_plans_take_the_measured_schedules(void **state) {
 /*
  * A MoE launch holds whole tokens: with top_k 8, DeepSeek-V3's first bucket (1-4 tokens) is
  * no longer judged at one row on one expert, and down takes the decode tile data-parallel,
- * which ran one token in 27.3 us against Stream-K's 30.8 on the H200 (docs/PERF.md ninth
- * session; Stream-K 28.7 since e3dd550, data-parallel not timed again). Only that bucket
- * moves, and a dense layer ignores top_k. gate_up's first bucket moves to data-parallel too
- * (the same split as Stream-K at one token, ahead at two), which the H200 ran 1.4x slower at
- * one token (ninth session): not asserted.
+ * which ran one token in 24.8 us (two CTAs an SM) against Stream-K's 29.9 on the H200
+ * (docs/PERF.md tenth session, call 3). Only that bucket moves, and a dense layer ignores
+ * top_k. gate_up's first bucket moves to data-parallel too (the same split as Stream-K at
+ * one token, ahead at two), which the H200 ran 1.4x slower at one token: not asserted.
  */
 static void moe_buckets_start_at_one_token(void **state) {
   (void)state;

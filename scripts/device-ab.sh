@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Commits against each other on a lent GPU machine, in one call: the way every kernel change
+# of docs/PERF.md since the seventh session was measured. Two steps:
+#   here:   scripts/device-ab.sh pack BASE HEAD       (git archive of each into .snap/)
+#   there:  the device call, carrying .devdeps and .snap, runs
+#           COMMITS="BASE HEAD" BENCH="..." scripts/device-ab.sh run
+# A commit's tree, not the working tree, is what runs: the device's checkout may hold other
+# work in progress. `run` builds every commit side by side, runs the GPU tests matched by
+# GPU_TESTS on the last one, then each BENCH line (arguments of `humming-moe-bench kernel`,
+# lines separated by ';') on every commit in turn, back to back (--chain 8, no baseline,
+# output checked on the last commit only). Results go to $OUT/tests.txt and $OUT/bench.txt.
+# Compare within one call only: the same commit has run 7 % apart on two machines of a kind.
+set -uo pipefail
+
+pack() {
+  mkdir -p .snap
+  grep -qxF "/.snap/" .git/info/exclude 2>/dev/null || echo "/.snap/" >>.git/info/exclude
+  for c in "$@"; do
+    local sha
+    sha=$(git rev-parse --short "$c") || exit 1
+    git archive "$sha" -o ".snap/$sha.tar" && echo ".snap/$sha.tar"
+  done
+}
+
+build() { # sha
+  rm -rf "/tmp/$1" && mkdir -p "/tmp/$1" && tar -xf ".snap/$1.tar" -C "/tmp/$1" || return 1
+  (cd "/tmp/$1" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3="$(command -v python3)" \
+    >/dev/null && cmake --build build-gpu -j"$(nproc)" >/dev/null)
+}
+
+bench() { # sha check line
+  local sha=$1 check=$2 args
+  read -r -a args <<<"$3"
+  (cd "/tmp/$sha" && timeout "${BENCH_LIMIT:-120}" build-gpu/humming-moe-bench kernel "${args[@]}" --chain 8 \
+    --baseline none --check "$check" 2>&1) | grep -E "^ +[0-9]|WARN|rror" | cut -c1-210
+}
+
+run() {
+  : "${OUT:?OUT must name the folder results go to}"
+  # shellcheck disable=SC1091
+  source .devdeps/env.sh
+  export HUMMING_CACHE_DIR=${HUMMING_CACHE_DIR:-/tmp/humming-cache}
+  read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"
+  for c in "${commits[@]}"; do build "$c" || { echo "build of $c failed"; exit 1; }; done
+  local last=${commits[${#commits[@]} - 1]}
+  if [ -n "${GPU_TESTS:-}" ]; then
+    (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" ctest --test-dir build-gpu -L gpu -R "$GPU_TESTS" \
+      --timeout "${TEST_TIMEOUT:-200}" --output-on-failure) 2>&1 |
+      grep -E "Test +#|tests passed|FAIL|rror|Assert|rel_err" | head -40 | tee "$OUT/tests.txt"
+  fi
+  IFS=';' read -r -a lines <<<"${BENCH:-}"
+  for line in "${lines[@]}"; do
+    for c in "${commits[@]}"; do
+      echo "== $c: $line"
+      bench "$c" "$([[ $c == "$last" ]] && echo 1 || echo 0)" "$line"
+    done
+  done 2>&1 | tee "$OUT/bench.txt"
+}
+
+case "${1:-}" in
+pack) shift && pack "$@" ;;
+run) run ;;
+*) echo "usage: $0 pack COMMIT... | run   (see the comment at the top)" >&2 && exit 2 ;;
+esac

@@ -160,8 +160,8 @@ static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, 
 static double pipeline_bytes_in_flight(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   size_t ring = hm_gemm_config_smem_bytes(cfg);
-  /* The 8-row mma.sync tile's reduction and row maps sit beside its ring. */
-  if (t->mma != HM_MMA_WGMMA && t->bm == 8) ring -= hm_gemm_sync_smem_bytes(cfg, 0);
+  /* A tile that overlaps fills keeps its reduction and row maps beside its ring. */
+  if (hm_gemm_sync_overlaps_fill(t)) ring -= hm_gemm_sync_smem_bytes(cfg, 0);
   const double stage = (double)ring / t->stages;
   /* The wgmma ring keeps one more stage out of loading: the one its last wgmmas still read. */
   return stage * (t->stages - (t->mma == HM_MMA_WGMMA ? 2 : 1));

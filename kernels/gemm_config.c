@@ -216,9 +216,11 @@ size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
 size_t hm_gemm_sync_smem_bytes(const hm_gemm_config *cfg, size_t pipe) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t red = hm_gemm_red_bytes(t), rows = (size_t)hm_gemm_acc_rows(t);
-  if (t->bm == 8) return pipe + red + hm_gemm_maps_bytes(cfg, 2 * rows);
+  if (hm_gemm_sync_overlaps_fill(t)) return pipe + red + hm_gemm_maps_bytes(cfg, 2 * rows);
   return (pipe > red ? pipe : red) + hm_gemm_maps_bytes(cfg, rows);
 }
+
+bool hm_gemm_sync_overlaps_fill(const hm_gemm_tuning *t) { return t->mma == HM_MMA_SYNC && t->bm == 8; }
 
 size_t hm_gemm_red_bytes(const hm_gemm_tuning *t) {
   const size_t warps_mn = (size_t)t->warps_m * t->warps_n;

@@ -90,9 +90,12 @@ size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg);
 size_t hm_gemm_red_bytes(const hm_gemm_tuning *t);
 size_t hm_gemm_maps_bytes(const hm_gemm_config *cfg, size_t rows);
 /* Shared memory of an mma.sync kernel (weight-only or W8A8) with a ring of `pipe` bytes, as
- * hm_sync_smem: the 8-row decode tile keeps its reduction and two sets of row maps beside the
- * ring, other tiles reduce in it. */
+ * hm_sync_smem: a tile that overlaps fills (hm_gemm_sync_overlaps_fill) keeps its reduction
+ * and two sets of row maps beside the ring, other tiles reduce in it. */
 size_t hm_gemm_sync_smem_bytes(const hm_gemm_config *cfg, size_t pipe);
+/* Whether an mma.sync tile issues a segment's first stages under the previous segment's
+ * tail (hm_sync_smem::overlap: the 8-row decode tile). */
+bool hm_gemm_sync_overlaps_fill(const hm_gemm_tuning *t);
 /* Bits per weight code: 1..8, or 16 for unquantized weights. */
 int hm_gemm_weight_bits(hm_dtype weight);
 /* Largest dynamic shared memory per block of an arch, 0 if unknown. */

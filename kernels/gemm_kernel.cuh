@@ -136,26 +136,25 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
     // stores, so that its fill overlaps that tail (traced 1.5 us of fill and 1.7-5.7 us of
     // fix-up a segment at MoE decode). The mainloop leaves the ring drained and the CTA
     // synchronized; the reduction and the other map set have room of their own.
+    // Segment seg uses map set seg & 1; the one before it is still to be stored.
     hm_tile prev{};
     hm_sk_piece prev_sk{};
-    int prev_kb = 0, prev_ke = 0, set = 0;
-    bool pending = false;
+    int prev_kb = 0, prev_ke = 0, seg = 0;
     hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
-      const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, set);
+      const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, seg & 1);
       hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
-      if (pending) {
-        const hm_gemm_smem_maps prev_maps = hm_gemm_maps_at<C, M>(hm_smem, set ^ 1);
+      if (seg > 0) {
+        const hm_gemm_smem_maps prev_maps = hm_gemm_maps_at<C, M>(hm_smem, (seg - 1) & 1);
         hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, prev_maps, wmn, wk, lane, acc,
                                   tr);
         tr.begin();  // the fill the tail left to wait for
       }
       hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
-      prev = tile, prev_sk = sk, prev_kb = kb, prev_ke = ke, set ^= 1;
-      pending = true;
+      prev = tile, prev_sk = sk, prev_kb = kb, prev_ke = ke, ++seg;
     });
-    if (pending)
+    if (seg > 0)
       hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem,
-                                hm_gemm_maps_at<C, M>(hm_smem, set ^ 1), wmn, wk, lane, acc, tr);
+                                hm_gemm_maps_at<C, M>(hm_smem, (seg - 1) & 1), wmn, wk, lane, acc, tr);
   }
   tr.finish();
 }

@@ -120,6 +120,8 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
                             hm_acc_t<C> &acc, hm_trace_clock &tr) {
   using T = hm_gemm_traits<C>;
   hm_acc_zero<C>(acc);
+  // Built again rather than kept from the fill: the decode tile's fill comes before the
+  // previous segment's fix-up, across which the plan's registers would stay live.
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
   const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
   const int count = ke - kb;

@@ -35,6 +35,7 @@ struct hm_trace_clock {
   __device__ __forceinline__ void start() {
 #pragma unroll
     for (int i = 0; i < HM_TRACE_SLOTS; ++i) row[i] = 0;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(row[HM_TRACE_SM]));
     gt_entry = globaltimer();
     t0 = clock();
   }

@@ -59,6 +59,19 @@ static double clock_ghz(const trace_row *rows, int n, double *scratch) {
   return med;
 }
 
+/* The most busy CTAs of rows[0..n) that ran on one SM, and how many SMs ran more than one:
+ * a persistent grid sized for one CTA an SM expects 1 and 0. */
+static void sm_sharing(const trace_row *rows, int n, int *most, int *shared) {
+  enum { MAX_SMS = 1024 };
+  int on_sm[MAX_SMS] = {0};
+  *most = *shared = 0;
+  for (int i = 0; i < n; i++) {
+    const int c = ++on_sm[rows[i][HM_TRACE_SM] % MAX_SMS];
+    if (c == 2) ++*shared;
+    if (c > *most) *most = c;
+  }
+}
+
 /* rows[0..n) are every CTA of the launch; the columns describe those that ran a segment,
  * which it moves to the front. */
 static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
@@ -104,10 +117,14 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
       {"loop", HM_TRACE_LOOP, SUM},
       {"tail", HM_TRACE_TAIL, SUM},
   };
+  int most, shared;
+  sm_sharing(rows, n, &most, &shared);
   char text[1024];
-  int len = snprintf(text, sizeof(text),
-                     "trace %s: %d of %d CTAs busy, span %.2f us, %.2f GHz, entry +%.2f/%.2f us; median/max:",
-                     kernel, n, launched, (double)(last - first) * 1e-3, ghz, entry_med, entry_max);
+  int len =
+      snprintf(text, sizeof(text),
+               "trace %s: %d of %d CTAs busy, %d SMs running more than one (at most %d), span %.2f us, "
+               "%.2f GHz, entry +%.2f/%.2f us; median/max:",
+               kernel, n, launched, shared, most, (double)(last - first) * 1e-3, ghz, entry_med, entry_max);
   for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]) && len < (int)sizeof(text); c++) {
     double med, max;
     column(rows, n, cols[c].slot, ghz, cols[c].kind, v);

@@ -64,6 +64,7 @@
   X(cuLaunchKernel)                                                                     \
   X(cuLaunchKernelEx)                                                                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                        \
+  X(cuOccupancyAvailableDynamicSMemPerBlock)                                            \
   X(cuTensorMapEncodeTiled)
 
 struct hm_cu_table {

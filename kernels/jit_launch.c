@@ -70,14 +70,10 @@ static hm_status pad_for_occupancy(hm_kernel *k, unsigned threads, size_t asked,
   *out = k->bound.padded;
   pthread_mutex_unlock(&k->limit_lock);
   if (known) return HM_OK;
-  int fit = 0;
-  HM_CU_CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k->function, (int)threads, asked));
-  *out = asked;
-  if (fit > (int)max_blocks) {
-    size_t room = 0;
-    HM_CU_CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&room, k->function, (int)max_blocks + 1, (int)threads));
-    *out = room + 1;
-  }
+  size_t room = 0;
+  HM_CU_CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&room, k->function, (int)max_blocks + 1, (int)threads));
+  /* 0: registers or threads already keep max_blocks + 1 off an SM */
+  *out = room == 0 || room < asked ? asked : room + 1;
   pthread_mutex_lock(&k->limit_lock);
   k->bound.threads = threads;
   k->bound.max_blocks = max_blocks;

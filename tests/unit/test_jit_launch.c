@@ -105,22 +105,15 @@ static CUresult fake_launch(const CUlaunchConfig *cfg, CUfunction f, void **args
 }
 /* An SM of 228 KiB of shared memory, 1 KiB of it reserved per CTA, and 2048 threads. */
 enum { FAKE_SM_SHARED = 233472, FAKE_RESERVED = 1024 };
+static CUresult fake_room(size_t *room, CUfunction f, int blocks, int threads) {
+  (void)f;
+  seen.occupancy_calls++;
+  *room = blocks * threads > 2048 ? 0 : (size_t)(FAKE_SM_SHARED / blocks - FAKE_RESERVED);
+  return CUDA_SUCCESS;
+}
 static int fake_blocks_per_sm(size_t shared, int threads) {
   const int by_shared = FAKE_SM_SHARED / (int)(shared + FAKE_RESERVED), by_threads = 2048 / threads;
   return by_shared < by_threads ? by_shared : by_threads;
-}
-static CUresult fake_occupancy(int *blocks, CUfunction f, int threads, size_t shared) {
-  (void)f;
-  seen.occupancy_calls++;
-  *blocks = fake_blocks_per_sm(shared, threads);
-  return CUDA_SUCCESS;
-}
-/* Like the driver, an error where that many blocks cannot fit whatever the shared memory. */
-static CUresult fake_room(size_t *room, CUfunction f, int blocks, int threads) {
-  (void)f;
-  if (blocks * threads > 2048) return CUDA_ERROR_INVALID_VALUE;
-  *room = (size_t)(FAKE_SM_SHARED / blocks - FAKE_RESERVED);
-  return CUDA_SUCCESS;
 }
 
 static CUresult fake_error_name(CUresult r, const char **s) {
@@ -151,7 +144,6 @@ static int setup(void **state) {
   hm_cu.cuFuncGetAttribute = fake_get_attr;
   hm_cu.cuFuncSetAttribute = fake_set_attr;
   hm_cu.cuLaunchKernelEx = fake_launch;
-  hm_cu.cuOccupancyMaxActiveBlocksPerMultiprocessor = fake_occupancy;
   hm_cu.cuOccupancyAvailableDynamicSMemPerBlock = fake_room;
   hm_cu.cuGetErrorName = fake_error_name;
   hm_cu.cuGetErrorString = fake_error_string;

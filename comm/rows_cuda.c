@@ -43,7 +43,7 @@ static hm_status launch_rows(hm_rows_ctx *ctx, int which, int64_t blocks, void *
   if (blocks == 0) return HM_OK;
   hm_kernel *k = NULL;
   HM_CHECK(kernel_of(ctx, which, &k));
-  hm_launch_dims dims = {{(unsigned)blocks, 1, 1}, {ROW_THREADS, 1, 1}, 0, {0, 0, 0}, 0};
+  hm_launch_dims dims = {{(unsigned)blocks, 1, 1}, {ROW_THREADS, 1, 1}, 0, {0, 0, 0}};
   return hm_kernel_launch(k, &dims, args, stream);
 }
 

@@ -64,7 +64,6 @@
   X(cuLaunchKernel)                                                                     \
   X(cuLaunchKernelEx)                                                                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                        \
-  X(cuOccupancyAvailableDynamicSMemPerBlock)                                            \
   X(cuTensorMapEncodeTiled)
 
 struct hm_cu_table {

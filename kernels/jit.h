@@ -101,13 +101,6 @@ typedef struct hm_launch_dims {
   unsigned block[3];
   size_t shared_bytes; /* dynamic shared memory; raised above 48 KiB as needed */
   unsigned cluster[3]; /* 0s or 1s: no cluster */
-  /*
-   * 0, or the most CTAs of this kernel an SM may hold: dynamic shared memory is padded
-   * until no more fit. A persistent grid sized for n CTAs an SM needs it where its CTAs
-   * would fit more: under programmatic launch the next grid's CTAs enter wherever there
-   * is room, and a tile given out by block index then shares an SM with another.
-   */
-  unsigned max_blocks_per_sm;
 } hm_launch_dims;
 
 /* Compiles (or finds) and loads src for the engine's device; cached per engine context. */

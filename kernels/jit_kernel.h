@@ -19,10 +19,6 @@ struct hm_kernel {
   int regs, static_shared, max_threads;
   pthread_mutex_t limit_lock; /* launches from several threads may raise the limit */
   size_t shared_limit;        /* dynamic shared memory the function is allowed now */
-  struct {                    /* the last occupancy bound worked out, under limit_lock */
-    unsigned threads, max_blocks;
-    size_t asked, padded;
-  } bound;
 };
 
 /* Allows the function bytes of dynamic shared memory; the caller holds limit_lock or owns k. */

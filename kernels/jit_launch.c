@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Launching a loaded kernel with cuLaunchKernelEx: dynamic shared memory (padded to bound
- * occupancy where asked), clusters, and programmatic dependent launch for kernels whose
- * metadata says they wait for it.
+ * Launching a loaded kernel with cuLaunchKernelEx: dynamic shared memory, clusters, and
+ * programmatic dependent launch for kernels whose metadata says they wait for it.
  */
 #include <pthread.h>
 #include <string.h>
@@ -55,34 +54,6 @@ static hm_status raise_shared_limit(hm_kernel *k, size_t bytes) {
   return ret;
 }
 
-/*
- * At least asked bytes of dynamic shared memory, and one byte more than max_blocks + 1
- * CTAs could each have, so that no more than max_blocks fit an SM. Kept per kernel:
- * every launch of a GEMM asks the same.
- */
-static hm_status pad_for_occupancy(hm_kernel *k, unsigned threads, size_t asked, unsigned max_blocks,
-                                   size_t *out) {
-  *out = asked;
-  if (max_blocks == 0) return HM_OK;
-  pthread_mutex_lock(&k->limit_lock);
-  const bool known =
-      k->bound.threads == threads && k->bound.max_blocks == max_blocks && k->bound.asked == asked;
-  *out = k->bound.padded;
-  pthread_mutex_unlock(&k->limit_lock);
-  if (known) return HM_OK;
-  size_t room = 0;
-  HM_CU_CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&room, k->function, (int)max_blocks + 1, (int)threads));
-  /* 0: registers or threads already keep max_blocks + 1 off an SM */
-  *out = room == 0 || room < asked ? asked : room + 1;
-  pthread_mutex_lock(&k->limit_lock);
-  k->bound.threads = threads;
-  k->bound.max_blocks = max_blocks;
-  k->bound.asked = asked;
-  k->bound.padded = *out;
-  pthread_mutex_unlock(&k->limit_lock);
-  return HM_OK;
-}
-
 hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void **args, hm_stream *stream) {
   HM_CHECK_NOT_NULL(kernel);
   HM_CHECK_NOT_NULL(dims);
@@ -92,10 +63,7 @@ hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void *
   if (stream && stream->engine && stream->engine->backend_state != (void *)kernel->ctx)
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel %s: the stream belongs to another device context", kernel->name);
   HM_CU_CHECK(cuCtxSetCurrent(kernel->ctx));
-  size_t shared = 0;
-  HM_CHECK(
-      pad_for_occupancy(kernel, product(dims->block), dims->shared_bytes, dims->max_blocks_per_sm, &shared));
-  HM_CHECK(raise_shared_limit(kernel, shared));
+  HM_CHECK(raise_shared_limit(kernel, dims->shared_bytes));
   CUlaunchAttribute attrs[2];
   memset(attrs, 0, sizeof(attrs));
   CUlaunchConfig cfg = {dims->grid[0],
@@ -104,7 +72,7 @@ hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void *
                         dims->block[0],
                         dims->block[1],
                         dims->block[2],
-                        (unsigned)shared,
+                        (unsigned)dims->shared_bytes,
                         (CUstream)hm_stream_native(stream),
                         attrs,
                         0};

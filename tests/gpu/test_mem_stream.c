@@ -155,11 +155,8 @@ static void probe_launch(hm_kernel *k, const probe *p, const unsigned char *src,
   const unsigned grid = (unsigned)(engine->sm_count * p->ctas_per_sm);
   long long count = p->kind == PROBE_LD ? (long long)(bytes / 16) : (long long)(bytes / (size_t)p->stage);
   void *args[] = {&src, &count, &out};
-  const hm_launch_dims dims = {{grid, 1, 1},
-                               {(unsigned)p->threads, 1, 1},
-                               p->kind == PROBE_LD ? 0 : (size_t)p->stage * p->stages,
-                               {0},
-                               (unsigned)p->ctas_per_sm};
+  const hm_launch_dims dims = {
+      {grid, 1, 1}, {(unsigned)p->threads, 1, 1}, p->kind == PROBE_LD ? 0 : (size_t)p->stage * p->stages, {0}};
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, args, stream));
 }
 

@@ -40,7 +40,7 @@ static const char pdl_text[] =
 
 /* What the fake driver saw. */
 static struct {
-  int loads, unloads, retains, releases, set_attr_calls, launches, occupancy_calls;
+  int loads, unloads, retains, releases, set_attr_calls, launches;
   int last_set_attr_value;
   char last_function[256];
   unsigned char image_head[64];
@@ -103,19 +103,6 @@ static CUresult fake_launch(const CUlaunchConfig *cfg, CUfunction f, void **args
   for (unsigned i = 0; i < cfg->numAttrs && i < 4; i++) seen.last_attrs[i] = cfg->attrs[i];
   return CUDA_SUCCESS;
 }
-/* An SM of 228 KiB of shared memory, 1 KiB of it reserved per CTA, and 2048 threads. */
-enum { FAKE_SM_SHARED = 233472, FAKE_RESERVED = 1024 };
-static CUresult fake_room(size_t *room, CUfunction f, int blocks, int threads) {
-  (void)f;
-  seen.occupancy_calls++;
-  *room = blocks * threads > 2048 ? 0 : (size_t)(FAKE_SM_SHARED / blocks - FAKE_RESERVED);
-  return CUDA_SUCCESS;
-}
-static int fake_blocks_per_sm(size_t shared, int threads) {
-  const int by_shared = FAKE_SM_SHARED / (int)(shared + FAKE_RESERVED), by_threads = 2048 / threads;
-  return by_shared < by_threads ? by_shared : by_threads;
-}
-
 static CUresult fake_error_name(CUresult r, const char **s) {
   *s = r == CUDA_ERROR_INVALID_IMAGE ? "CUDA_ERROR_INVALID_IMAGE" : "CUDA_ERROR";
   return CUDA_SUCCESS;
@@ -144,7 +131,6 @@ static int setup(void **state) {
   hm_cu.cuFuncGetAttribute = fake_get_attr;
   hm_cu.cuFuncSetAttribute = fake_set_attr;
   hm_cu.cuLaunchKernelEx = fake_launch;
-  hm_cu.cuOccupancyAvailableDynamicSMemPerBlock = fake_room;
   hm_cu.cuGetErrorName = fake_error_name;
   hm_cu.cuGetErrorString = fake_error_string;
   memset(&fake_engine, 0, sizeof(fake_engine));
@@ -223,7 +209,7 @@ static void launch_passes_dims_shared_memory_and_cluster(void **state) {
   float v = 1;
   void *out = NULL;
   void *args[] = {&out, &v};
-  hm_launch_dims dims = {{8, 2, 1}, {128, 1, 1}, 0, {0, 0, 0}, 0};
+  hm_launch_dims dims = {{8, 2, 1}, {128, 1, 1}, 0, {0, 0, 0}};
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, args, NULL));
   assert_int_equal(seen.launches, 1);
   assert_int_equal(seen.last_cfg.gridDimX, 8);
@@ -250,56 +236,17 @@ static void launch_passes_dims_shared_memory_and_cluster(void **state) {
   assert_int_equal(seen.launches, 3);
 }
 
-static void occupancy_bound_pads_shared_memory(void **state) {
-  (void)state;
-  hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 80};
-  hm_kernel *k = NULL;
-  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
-  hm_launch_dims dims = {{132, 1, 1}, {128, 1, 1}, 90 * 1024, {0, 0, 0}, 1};
-  assert_int_equal(fake_blocks_per_sm(dims.shared_bytes, 128), 2);
-  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
-  const size_t one = seen.last_cfg.sharedMemBytes;
-  assert_int_equal(fake_blocks_per_sm(one, 128), 1);
-  assert_int_equal(fake_blocks_per_sm(one - 1, 128), 2); /* the least padding that bounds it */
-  assert_int_equal(seen.last_set_attr_value, (int)one);
-
-  /* The same launch again is padded alike without asking the driver. */
-  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
-  assert_int_equal(seen.last_cfg.sharedMemBytes, one);
-  assert_int_equal(seen.occupancy_calls, 1);
-
-  /* Two an SM: 90 KiB already keeps a third off; 40 KiB is padded. */
-  dims.max_blocks_per_sm = 2;
-  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
-  assert_int_equal(seen.last_cfg.sharedMemBytes, 90 * 1024);
-  dims.shared_bytes = 40 * 1024;
-  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
-  assert_int_equal(fake_blocks_per_sm(seen.last_cfg.sharedMemBytes, 128), 2);
-
-  /* Threads alone keep 16 blocks of 128 off: nothing to pad. */
-  dims.max_blocks_per_sm = 16;
-  dims.shared_bytes = 0;
-  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
-  assert_int_equal(seen.last_cfg.sharedMemBytes, 0);
-
-  /* No bound asked: the launch's own bytes. */
-  dims.max_blocks_per_sm = 0;
-  dims.shared_bytes = 1024;
-  HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
-  assert_int_equal(seen.last_cfg.sharedMemBytes, 1024);
-}
-
 static void launch_refuses_bad_dims(void **state) {
   (void)state;
   hm_kernel_source src = {.name = "hm_fill", .source = kernel_text, .arch = 80};
   hm_kernel *k = NULL;
   HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
-  hm_launch_dims wrong_threads = {{1, 1, 1}, {256, 1, 1}, 0, {0, 0, 0}, 0};
+  hm_launch_dims wrong_threads = {{1, 1, 1}, {256, 1, 1}, 0, {0, 0, 0}};
   assert_int_equal(hm_kernel_launch(k, &wrong_threads, NULL, NULL), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "built for 128 threads"));
-  hm_launch_dims zero_grid = {{0, 1, 1}, {128, 1, 1}, 0, {0, 0, 0}, 0};
+  hm_launch_dims zero_grid = {{0, 1, 1}, {128, 1, 1}, 0, {0, 0, 0}};
   assert_int_equal(hm_kernel_launch(k, &zero_grid, NULL, NULL), HM_INVALID_ARGUMENT);
-  hm_launch_dims odd_cluster = {{3, 1, 1}, {128, 1, 1}, 0, {2, 1, 1}, 0};
+  hm_launch_dims odd_cluster = {{3, 1, 1}, {128, 1, 1}, 0, {2, 1, 1}};
   assert_int_equal(hm_kernel_launch(k, &odd_cluster, NULL, NULL), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "cluster"));
   assert_int_equal(seen.launches, 0);
@@ -312,7 +259,7 @@ static void metadata_sets_limit_and_cluster(void **state) {
   HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
   assert_int_equal(seen.set_attr_calls, 1);
   assert_int_equal(seen.last_set_attr_value, 100000);
-  hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 100000, {0, 0, 0}, 0};
+  hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 100000, {0, 0, 0}};
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
   assert_int_equal(seen.set_attr_calls, 1);
   assert_int_equal(seen.last_cfg.numAttrs, 1);
@@ -327,7 +274,7 @@ static void pdl_flag_adds_programmatic_serialization(void **state) {
   hm_kernel_meta meta;
   HM_ASSERT_OK(hm_kernel_get_meta(k, &meta));
   assert_true(meta.pdl);
-  hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 0, {0, 0, 0}, 0};
+  hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 0, {0, 0, 0}};
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
   assert_int_equal(seen.last_cfg.numAttrs, 2);
   assert_int_equal(seen.last_attrs[0].id, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
@@ -366,7 +313,6 @@ int main(void) {
       cmocka_unit_test(host_engine_is_unsupported),
       cmocka_unit_test_setup_teardown(loads_once_per_context, setup, teardown),
       cmocka_unit_test_setup_teardown(launch_passes_dims_shared_memory_and_cluster, setup, teardown),
-      cmocka_unit_test_setup_teardown(occupancy_bound_pads_shared_memory, setup, teardown),
       cmocka_unit_test_setup_teardown(launch_refuses_bad_dims, setup, teardown),
       cmocka_unit_test_setup_teardown(metadata_sets_limit_and_cluster, setup, teardown),
       cmocka_unit_test_setup_teardown(pdl_flag_adds_programmatic_serialization, setup, teardown),

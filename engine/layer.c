@@ -41,6 +41,9 @@ static hm_status check_config(const hm_layer_config *c) {
   if (c->n <= 0 || c->k <= 0 || c->experts <= 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "layer shape N=%lld K=%lld experts=%lld must be positive", (long long)c->n,
             (long long)c->k, (long long)c->experts);
+  if (c->top_k < 0 || c->top_k > c->experts)
+    HM_FAIL(HM_INVALID_ARGUMENT, "layer top_k=%d must be in [0, experts=%lld]", c->top_k,
+            (long long)c->experts);
   if (c->out != HM_F16 && c->out != HM_BF16)
     HM_FAIL(HM_INVALID_ARGUMENT, "layer output type %s (use f16 or bf16)", hm_dtype_name(c->out));
   HM_CHECK(hm_quant_format_check(&c->scheme.weight, c->n, c->k));

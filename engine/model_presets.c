@@ -110,3 +110,7 @@ void hm_model_preset_describe(const hm_model_preset *p, char *buf, size_t len) {
            (long long)p->hidden, (long long)p->moe_intermediate, (long long)p->experts, p->top_k,
            p->shared_experts, router, hm_model_act_name(p->act), p->layers);
 }
+
+int hm_model_preset_launch_top_k(const hm_model_preset *p, int ep) {
+  return ep == 1 ? p->top_k : 1;
+}

@@ -56,6 +56,9 @@ hm_status hm_model_preset_get(const char *name, hm_model_preset *out);
 /* Number of presets, and the i-th one (NULL past the end), for listings. */
 int hm_model_preset_count(void);
 const hm_model_preset *hm_model_preset_at(int i);
+/* Rows one token brings to a launch of the routed experts on ep ranks (hm_layer_config's
+ * top_k): top_k where every expert is local, else 1, as a rank takes dispatched rows. */
+int hm_model_preset_launch_top_k(const hm_model_preset *p, int ep);
 /* Checks the shape is usable (positive sizes, top_k <= experts, groups divide experts). */
 hm_status hm_model_preset_check(const hm_model_preset *p);
 /* Names of the enums, for headers and JSON. */

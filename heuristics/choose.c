@@ -83,12 +83,11 @@ static hm_status base_config(const hm_layer_config *lc, hm_gemm_type type, const
 }
 
 hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, const hm_device_profile *p,
-                          int top_k, int64_t m_lo, int64_t m_hi, double *score, double *predicted_us) {
-  if (top_k < 1) HM_FAIL(HM_INVALID_ARGUMENT, "top_k %d", top_k);
+                          int64_t m_lo, int64_t m_hi, double *score, double *predicted_us) {
   /* A dense layer's row is a token. */
   const bool routed = cfg->compute.type != HM_GEMM_DENSE && lc->experts > 1;
   int64_t ms[SAMPLES];
-  sample_points(m_lo, m_hi, routed ? top_k : 1, ms);
+  sample_points(m_lo, m_hi, routed && lc->top_k > 1 ? lc->top_k : 1, ms);
   *score = 0;
   for (int s = 0; s < SAMPLES; s++) {
     hm_choose_cost c;
@@ -131,8 +130,8 @@ static void keep_if_better(scored *kept, int index, double score, double predict
  * under the schedule that scores best (the table's own on exact ties).
  */
 static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
-                           int top_k, const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi,
-                           int *best, double *predicted_us) {
+                           const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
+                           double *predicted_us) {
   hm_gemm_config table;
   const bool has_table = hm_gemm_select(base, hm_choose_bucket_m(m_lo, m_hi), &table) == HM_OK;
   scored overall = {-1, INFINITY, 0}, table_tile = {-1, INFINITY, 0};
@@ -140,7 +139,7 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
     hm_gemm_config cfg = *base;
     cfg.tuning = cands[i];
     double score = 0, at_judge = 0;
-    HM_CHECK(hm_choose_score(lc, &cfg, p, top_k, m_lo, m_hi, &score, &at_judge));
+    HM_CHECK(hm_choose_score(lc, &cfg, p, m_lo, m_hi, &score, &at_judge));
     keep_if_better(&overall, i, score, at_judge, false);
     const bool is_table = has_table && hm_choose_tuning_equal(&cands[i], &table.tuning);
     if (is_table || (has_table && decode_reschedule(&table.tuning, &cands[i])))
@@ -167,7 +166,7 @@ hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const h
   int count = 0, best = -1;
   double predicted = 0;
   HM_CHECK(hm_choose_candidates(&base, profile, &cands, &count));
-  hm_status ret = pick_best(lc, &base, profile, 1, cands, count, m_lo, m_hi, &best, &predicted);
+  hm_status ret = pick_best(lc, &base, profile, cands, count, m_lo, m_hi, &best, &predicted);
   if (ret == HM_OK) {
     *out = base;
     out->tuning = cands[best];
@@ -217,8 +216,8 @@ done:
   return ret;
 }
 
-hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, int top_k,
-                         const hm_device_profile *profile, hm_gemm_plan *out) {
+hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
+                         hm_gemm_plan *out) {
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
   hm_gemm_config base;
@@ -232,7 +231,7 @@ hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, int top_k
     int best = -1;
     double predicted = 0;
     hm_choose_bucket(lc, type, b, &lo, &hi);
-    HM_CHECK_GOTO(pick_best(lc, &base, profile, top_k, cands, count, lo, hi, &best, &predicted), done);
+    HM_CHECK_GOTO(pick_best(lc, &base, profile, cands, count, lo, hi, &best, &predicted), done);
     const int last = out->count - 1;
     if (last >= 0 && hm_choose_tuning_equal(&out->cfg[last].tuning, &cands[best])) {
       out->m_hi[last] = hi;

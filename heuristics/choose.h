@@ -52,17 +52,15 @@ void hm_choose_bucket(const hm_layer_config *lc, hm_gemm_type type, int index, i
 /*
  * What the choice minimizes over (m_lo, m_hi]: predicted / roofline time summed over the
  * range's start, geometric middle and judging point; predicted_us (or NULL) at the last.
- * top_k: rows one token brings to a MoE launch (top_k with every expert local; 1 where a row
- * may be a token of its own: expert-parallel shards, or unknown); no point of a MoE layer is
- * taken below one token. Dense layers ignore it.
+ * No point of a MoE layer is taken below one token, lc->top_k rows; dense layers ignore it.
  */
 hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, const hm_device_profile *p,
-                          int top_k, int64_t m_lo, int64_t m_hi, double *score, double *predicted_us);
+                          int64_t m_lo, int64_t m_hi, double *score, double *predicted_us);
 
 /*
  * The analytic choice for valid M in (m_lo, m_hi] (m_hi = INT64_MAX: open): the
- * candidate with the least summed relative cost over the range's sample points, each row
- * taken as a token (top_k 1). out = the layer's base config on profile->arch with that
+ * candidate with the least summed relative cost over the range's sample points
+ * (hm_choose_score). out = the layer's base config on profile->arch with that
  * tuning; predicted_us at hm_choose_bucket_m. HM_UNSUPPORTED when no candidate is legal.
  */
 hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
@@ -73,9 +71,8 @@ hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const h
  */
 hm_status hm_choose_ranked(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
                            int64_t valid_m, hm_gemm_tuning *out, int max, int *count);
-/* One config per bucket, adjacent equal ones merged: the kernel table of a layer whose
- * tokens bring top_k rows each to a launch (hm_choose_score). */
-hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, int top_k,
-                         const hm_device_profile *profile, hm_gemm_plan *out);
+/* One config per bucket, adjacent equal ones merged: the layer's kernel table (hm_choose_score). */
+hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_device_profile *profile,
+                         hm_gemm_plan *out);
 
 #endif

@@ -48,9 +48,15 @@
  * 0-0.5) fit worse (9.6-6.2 %); charging the k-iteration cost in full at decode (K_ITER_US
  * x 56-684 iterations an SM, where the measured overhead over the roofline was 10-100 us,
  * and the traced loop streams a k-tile in 0.56-0.59 us whatever it carries) fit at best
- * 25 %. Data-parallel gate_up M = 1 ran 53.7 us against Stream-K's 38.6 with the same
- * split (one whole tile a CTA): left out, its CTAs waited 64 us in the launch's
- * dependency wait (ninth session), which the model does not know.
+ * 25 %.
+ *
+ * A data-parallel launch of one tile a CTA on most but not all SMs ran 1.5x the time of
+ * Stream-K on the same split (gate_up at one token, 128 tiles on 132 SMs: 57.5 against
+ * 37.9 us, one or two CTAs an SM; H200, docs/PERF.md eleventh session): its slowest CTA's
+ * mainloop took 1.65x the median one's. Why is not known (a traced launch had one SM run
+ * two of its CTAs; padding shared memory to one CTA an SM changed nothing). It is charged
+ * as measured (PARTIAL_WAVE_DP_FACTOR) where it was seen: neither data-parallel dense
+ * decode (32 tiles) nor down at one token (224 tiles) ran slower than predicted.
  */
 #include <math.h>
 
@@ -71,6 +77,7 @@
 /* One SM's load path tops out near twice its fair share of the DRAM bandwidth. */
 #define SM_BW_SHARE_MAX 2.0
 #define K_ITER_US 0.3
+#define PARTIAL_WAVE_DP_FACTOR 1.5
 /* ~120 instructions a warp (16 scale loads, 32 products, 64 FMAs, the wait) with 8 warps on
  * 4 schedulers: some 300 cycles of the tensor cores idle an iteration, not measured yet. */
 #define W8A8_WGMMA_FOLD_US 0.17
@@ -148,6 +155,7 @@ static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, 
   const int all = (int)ceil(tiles), dp = hm_sk_dp_tiles(all, grid, t->stream_k);
   const int waves = (dp + grid - 1) / grid;
   sk_split s = {waves * k_iters, false, waves * SEGMENT_FILL_US};
+  if (!t->stream_k && all < sm_count && 2 * all >= sm_count) s.makespan_iters *= PARTIAL_WAVE_DP_FACTOR;
   if (all == dp) return s;
   const int ctas = hm_sk_ctas(all - dp, (int)k_iters, grid, t->sk_min_iters);
   const int iters = (all - dp) * (int)k_iters;

@@ -145,8 +145,7 @@ static hm_status bucketed_plan(hm_engine *engine, const hm_layer_config *lc, hm_
             c->base.arch);
   p.arch = c->base.arch;
   hm_gemm_plan heuristic;
-  /* hm_layer_config carries no top_k: every row is scored as a token of its own. */
-  HM_CHECK(hm_choose_plan(lc, c->base.compute.type, 1, &p, &heuristic));
+  HM_CHECK(hm_choose_plan(lc, c->base.compute.type, &p, &heuristic));
   if (source != HM_PLAN_HEURISTIC) {
     HM_CHECK(load_table(engine, source, c));
     warn_stale_entries(c, lc);

@@ -12,7 +12,8 @@ static void add(hm_choose_model_layer *out, int *count, const hm_quant_scheme *s
   c.scheme = *scheme;
   c.out = scheme->act == HM_F16 ? HM_F16 : HM_BF16;
   c.bias = bias;
-  out[*count] = (hm_choose_model_layer){c, role, top_k};
+  c.top_k = top_k;
+  out[*count] = (hm_choose_model_layer){c, role};
   (*count)++;
 }
 
@@ -27,8 +28,9 @@ hm_status hm_choose_model_layers(const hm_model_preset *p, const hm_quant_scheme
       (p->dense_layers > 0 && p->dense_intermediate % tp != 0))
     HM_FAIL(HM_INVALID_ARGUMENT, "model %s does not split over tp %d ep %d", p->name, tp, ep);
   const int64_t experts = p->experts / ep, inter = p->moe_intermediate / tp;
-  add(out, count, scheme, "experts.gate_up", 2 * inter, p->hidden, experts, p->expert_bias, p->top_k);
-  add(out, count, scheme, "experts.down", p->hidden, inter, experts, p->expert_bias, p->top_k);
+  const int top_k = hm_model_preset_launch_top_k(p, ep);
+  add(out, count, scheme, "experts.gate_up", 2 * inter, p->hidden, experts, p->expert_bias, top_k);
+  add(out, count, scheme, "experts.down", p->hidden, inter, experts, p->expert_bias, top_k);
   if (p->shared_experts > 0) {
     const int64_t width = p->shared_experts * p->moe_intermediate / tp;
     add(out, count, scheme, "shared.gate_up", 2 * width, p->hidden, 1, false, 1);

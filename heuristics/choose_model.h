@@ -15,7 +15,6 @@
 typedef struct hm_choose_model_layer {
   hm_layer_config config;
   const char *role; /* "experts.gate_up", "shared.down", ... */
-  int top_k;        /* rows of A per token in the indexed layout (1 for dense layers) */
 } hm_choose_model_layer;
 
 /* The layers of preset p quantized as scheme on one of tp x ep ranks. */

@@ -96,6 +96,7 @@ hm_status hm_model_kernels_make(const hm_model_kernel_request *req, hm_model_ker
     lc.experts = shapes[s].experts;
     lc.bias = p.expert_bias && shapes[s].experts > 1;
     bool moe = shapes[s].experts > 1;
+    lc.top_k = moe ? hm_model_preset_launch_top_k(&p, req->ep) : 1;
     const hm_gemm_type *types = moe ? moe_types : dense_types;
     for (int t = 0; t < (moe ? 3 : 1); t++) HM_CHECK_GOTO(add_plan(req, &lc, types[t], out), fail);
   }

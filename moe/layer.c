@@ -46,6 +46,8 @@ static hm_status make_gemm(hm_moe_layer *l, int64_t n, int64_t k, int64_t expert
   c.n = n;
   c.k = k;
   c.experts = experts;
+  /* A fused shared expert is one more row of every token. */
+  c.top_k = experts > 1 ? l->cfg.router.top_k + (int)l->shared_fused : 1;
   c.scheme = l->cfg.scheme;
   c.out = HM_BF16;
   return hm_layer_create(l->engine, &c, out);

@@ -38,10 +38,18 @@ typedef struct hm_layer_config {
    * mxfp4 or nvfp4 weights with per-token activation scales; refused for block scales, 1x128
    * activation scales and int8. Off by default; the host reference always sums in f32. */
   bool fp16_accumulate;
+  /* Rows one token brings to a launch of this routed layer: the router's top_k where every
+   * expert is local. 0 or 1: each row may be a token of its own (dense, expert-parallel
+   * shards, unknown). Only ranks kernel plans: a launch's first token already takes top_k
+   * experts' weights. */
+  int top_k;
 } hm_layer_config;
 
-#define HM_LAYER_CONFIG_INIT                                                            \
-  { sizeof(hm_layer_config), HM_LAYER_CONFIG_MAGIC, 0, 0, 1, {{0}, HM_BF16, 0}, HM_BF16, false, false, false }
+#define HM_LAYER_CONFIG_INIT                                                                           \
+  {                                                                                                    \
+    sizeof(hm_layer_config), HM_LAYER_CONFIG_MAGIC, 0, 0, 1, {{0}, HM_BF16, 0}, HM_BF16, false, false, \
+        false, 0                                                                                       \
+  }
 
 /*
  * Weights in the canonical contract, on the host: qweight int32 (E, N, K*bits/32),

@@ -62,6 +62,7 @@ hm_status hm_bench_gemm_layer_create(hm_bench *b, const hm_bench_gemm_shape *sha
   cfg.n = shape->n;
   cfg.k = shape->k;
   cfg.experts = shape->experts;
+  cfg.top_k = shape->experts > 1 ? shape->top_k : 1;
   cfg.scheme = *scheme;
   cfg.out = HM_BF16;
   /* --acc f16 is the quantized layer's (bench_args.c); the bf16 baseline has no such option. */

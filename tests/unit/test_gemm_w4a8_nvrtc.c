@@ -113,8 +113,7 @@ static void heuristic_plans_compile(void **state) {
       for (int l = 0; l < count; l++) {
         if (layers[l].config.experts == 1) continue;
         hm_gemm_plan plan;
-        HM_ASSERT_OK(
-            hm_choose_plan(&layers[l].config, HM_GEMM_GROUPED_MASKED, layers[l].top_k, &prof, &plan));
+        HM_ASSERT_OK(hm_choose_plan(&layers[l].config, HM_GEMM_GROUPED_MASKED, &prof, &plan));
         for (int i = 0; i < plan.count; i++) {
           HM_ASSERT_OK(hm_gemm_config_check(&plan.cfg[i]));
           assert_int_equal(plan.cfg[i].tuning.mma, HM_MMA_SYNC);

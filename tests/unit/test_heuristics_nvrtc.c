@@ -75,7 +75,7 @@ static void add_layer(batch *b, const hm_choose_model_layer *layer, const hm_dev
   for (int t = 0; t < (is_dense ? 1 : 3); t++) {
     if (!kernel_supports(&layer->config, types[t], p->arch)) continue;
     hm_gemm_plan plan;
-    HM_ASSERT_OK(hm_choose_plan(&layer->config, types[t], layer->top_k, p, &plan));
+    HM_ASSERT_OK(hm_choose_plan(&layer->config, types[t], p, &plan));
     b->plans++;
     for (int i = 0; i < plan.count; i++, b->entries++) {
       if (!shows_something_new(b, &plan.cfg[i])) continue;

@@ -306,7 +306,7 @@ static void named_profile_plans_like_the_heuristics(void **state) {
       hm_layer_plan mine;
       hm_gemm_plan theirs;
       HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &layers[l].config, type, arch, HM_PLAN_HEURISTIC, &mine));
-      HM_ASSERT_OK(hm_choose_plan(&layers[l].config, type, 1, &p, &theirs));
+      HM_ASSERT_OK(hm_choose_plan(&layers[l].config, type, &p, &theirs));
       assert_int_equal(mine.plan.count, theirs.count);
       for (int i = 0; i < theirs.count; i++) {
         assert_int_equal(mine.plan.m_hi[i], theirs.m_hi[i]);

@@ -14,16 +14,19 @@
 #include "heuristics/choose.h"
 #include "log.h"
 
-/* Upper ends of a dense layer's buckets, in rows; the last bucket is open. */
-static const int64_t dense_rows[] = {1, 4, 16, 32, 64, 128, 512};
+/* Upper ends of a dense layer's buckets, in rows; the last bucket is open. 8 rows is the
+ * decode tile's height. */
+static const int64_t dense_rows[] = {1, 4, 8, 16, 32, 64, 128, 512};
 /*
  * A MoE layer's, in rows per expert as 64ths. At decode an expert sees a fraction of a
  * row (DeepSeek-V3, top 8 of 256: 1/32 a token), and 1-4 tokens (<= 1/8) want other
  * kernels than 16 (1/2): two CTAs an SM, data-parallel or Stream-K one (docs/PERF.md
- * eighth session). 32 and 512 rows an expert gave way: either side of each chose the same
- * tile (DeepSeek-V3 and Qwen3 on the H200).
+ * eighth session). One token (1/32) has its own: DeepSeek-V3's gate_up ran it 1.07x
+ * faster on Stream-K one CTA an SM than on the two that four tokens want (1.09x the
+ * other way; eleventh session). 32 and 512 rows an expert gave way: either side of each
+ * chose the same tile (DeepSeek-V3 and Qwen3 on the H200).
  */
-static const int64_t moe_rows_x64[] = {8, 32, 64, 256, 1024, 4096, 8192};
+static const int64_t moe_rows_x64[] = {2, 8, 32, 64, 256, 1024, 4096, 8192};
 #define BUCKETS ((int)HM_ARRAY_SIZE(dense_rows) + 1)
 #define SAMPLES 3
 

@@ -294,15 +294,15 @@ static hm_layer_config deepseek_experts(int64_t n, int64_t k) {
 }
 
 /*
- * MoE buckets end at fractions of a row per expert, so that 1-4 tokens of a top-8 layer of
- * 256 experts (8-32 rows) and 16 tokens (128 rows) get kernels of their own; dense buckets
+ * MoE buckets end at fractions of a row per expert, so that one token of a top-8 layer of
+ * 256 experts (8 rows), 2-4 tokens (9-32) and 16 tokens (128 rows) get kernels of their own; dense buckets
  * stay in rows; a layer of two experts still gets buckets at least a row wide.
  */
 static void decode_tokens_get_buckets_of_their_own(void **state) {
   (void)state;
   const hm_layer_config moe = deepseek_experts(4096, 7168), dense = layer("w4a16", 8192, 8192, 1);
-  const int64_t moe_ends[] = {32, 128, 256, 1024, 4096, 16384, 32768};
-  const int64_t dense_ends[] = {1, 4, 16, 32, 64, 128, 512};
+  const int64_t moe_ends[] = {8, 32, 128, 256, 1024, 4096, 16384, 32768};
+  const int64_t dense_ends[] = {1, 4, 8, 16, 32, 64, 128, 512};
   assert_int_equal(hm_choose_bucket_count(), (int)HM_ARRAY_SIZE(moe_ends) + 1);
   assert_true(hm_choose_bucket_count() <= HM_GEMM_PLAN_MAX);
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
@@ -393,24 +393,29 @@ static void decode_schedules_rank_as_measured(void **state) {
 }
 
 /*
- * The kernel tables of DeepSeek-V3's experts on the H200, planned as the engine plans them:
- * up to 4 tokens, Stream-K for gate_up (data-parallel ran one token 1.5x slower) and
- * data-parallel two CTAs an SM for down (1.19x faster than Stream-K at one and four tokens,
- * docs/PERF.md eleventh session); two CTAs an SM at 16 tokens of both, the decode tile
- * throughout, and the wgmma kernel from 64 rows an expert on.
+ * The kernel tables of DeepSeek-V3's experts on the H200, planned as the engine plans them
+ * (docs/PERF.md eleventh session): at one token Stream-K one CTA an SM for gate_up
+ * (data-parallel ran 1.5x slower, two CTAs an SM 1.07x) and data-parallel two CTAs an SM
+ * for down (1.18x faster than Stream-K one CTA an SM); two CTAs an SM from 2 to 16 tokens
+ * of both (at four tokens 1.09x gate_up and 1.14x down), the decode tile throughout, and
+ * the wgmma kernel from 64 rows an expert on.
  */
 static void deepseek_decode_plans_take_the_measured_schedules(void **state) {
   (void)state;
   hm_device_profile p;
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
-  const hm_gemm_tuning dp_c2 = DECODE_TILE(4, false, 2), sk_c2 = DECODE_TILE(4, true, 2);
+  const hm_gemm_tuning sk_c1 = DECODE_TILE(4, true, 1), dp_c2 = DECODE_TILE(4, false, 2),
+                       sk_c2 = DECODE_TILE(4, true, 2);
   const hm_layer_config gate_up = deepseek_experts(4096, 7168), down = deepseek_experts(7168, 2048);
   hm_gemm_plan gp, dp;
   HM_ASSERT_OK(hm_choose_plan(&gate_up, HM_GEMM_INDEXED, &p, &gp));
   HM_ASSERT_OK(hm_choose_plan(&down, HM_GEMM_INDEXED, &p, &dp));
-  for (int64_t tokens = 1; tokens <= 4; tokens++) {
+  assert_true(hm_choose_tuning_equal(&gp.cfg[hm_gemm_plan_pick(&gp, 8)].tuning, &sk_c1));
+  assert_true(hm_choose_tuning_equal(&dp.cfg[hm_gemm_plan_pick(&dp, 8)].tuning, &dp_c2));
+  for (int64_t tokens = 2; tokens <= 4; tokens++) {
     assert_true(gp.cfg[hm_gemm_plan_pick(&gp, 8 * tokens)].tuning.stream_k);
-    assert_true(hm_choose_tuning_equal(&dp.cfg[hm_gemm_plan_pick(&dp, 8 * tokens)].tuning, &dp_c2));
+    assert_int_equal(gp.cfg[hm_gemm_plan_pick(&gp, 8 * tokens)].tuning.ctas_per_sm, 2);
+    assert_int_equal(dp.cfg[hm_gemm_plan_pick(&dp, 8 * tokens)].tuning.ctas_per_sm, 2);
   }
   assert_true(hm_choose_tuning_equal(&gp.cfg[hm_gemm_plan_pick(&gp, 8 * 16)].tuning, &sk_c2));
   assert_true(hm_choose_tuning_equal(&dp.cfg[hm_gemm_plan_pick(&dp, 8 * 16)].tuning, &sk_c2));
@@ -425,7 +430,7 @@ static void deepseek_decode_plans_take_the_measured_schedules(void **state) {
 }
 
 /*
- * A MoE launch holds whole tokens: with top_k 8, DeepSeek-V3's first bucket (1-4 tokens) is
+ * A MoE launch holds whole tokens: with top_k 8, DeepSeek-V3's first bucket (one token) is
  * no longer judged at one row on one expert, and down takes the decode tile data-parallel,
  * which ran one token in 24.8 us (two CTAs an SM) against Stream-K's 29.9 on the H200
  * (docs/PERF.md tenth session, call 3). Only that bucket moves.

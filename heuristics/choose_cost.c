@@ -53,10 +53,11 @@
  * A data-parallel launch of one tile a CTA on most but not all SMs ran 1.5x the time of
  * Stream-K on the same split (gate_up at one token, 128 tiles on 132 SMs: 57.5 against
  * 37.9 us, one or two CTAs an SM; H200, docs/PERF.md eleventh session): its slowest CTA's
- * mainloop took 1.65x the median one's. Why is not known (a traced launch had one SM run
- * two of its CTAs; padding shared memory to one CTA an SM changed nothing). It is charged
- * as measured (PARTIAL_WAVE_DP_FACTOR) where it was seen: neither data-parallel dense
- * decode (32 tiles) nor down at one token (224 tiles) ran slower than predicted.
+ * mainloop took 1.65x the median one's. It comes with programmatic launch (without it the
+ * same launch ran 39.6 us), but how is not known (a traced launch had one SM run two of its
+ * CTAs; padding shared memory to one CTA an SM changed nothing). It is charged as measured
+ * (PARTIAL_WAVE_DP_FACTOR) where it was seen: neither data-parallel dense decode (32 tiles)
+ * nor down at one token (224 tiles) ran slower than predicted.
  */
 #include <math.h>
 

@@ -3,7 +3,8 @@
 # Commits against each other on a lent GPU machine, in one call: the way every kernel change
 # of docs/PERF.md since the seventh session was measured. Two steps:
 #   here:   scripts/device-ab.sh pack BASE HEAD       (git archive of each into .snap/)
-#   there:  the device call, carrying .devdeps and .snap, runs
+#   there:  the device call, carrying .devdeps (../shared/device/get-cmocka.sh, then
+#           `(cd .devdeps && apt-get download libjansson4 libjansson-dev)`) and .snap, runs
 #           COMMITS="BASE HEAD" BENCH="..." scripts/device-ab.sh run
 # A commit's tree, not the working tree, is what runs: the device's checkout may hold other
 # work in progress. `run` builds every commit side by side, runs the GPU tests matched by

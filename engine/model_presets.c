@@ -111,6 +111,14 @@ void hm_model_preset_describe(const hm_model_preset *p, char *buf, size_t len) {
            p->shared_experts, router, hm_model_act_name(p->act), p->layers);
 }
 
-int hm_model_preset_launch_top_k(const hm_model_preset *p, int ep) {
-  return ep == 1 ? p->top_k : 1;
+bool hm_moe_fuses_shared(int64_t experts, int top_k, int64_t shared_width, int64_t intermediate) {
+  return shared_width == intermediate && experts < HM_MOE_MAX_EXPERTS && top_k < HM_MOE_MAX_TOP_K;
+}
+
+hm_model_routed hm_model_preset_routed(const hm_model_preset *p, int tp, int ep) {
+  const bool one_rank = tp == 1 && ep == 1;
+  const bool fused =
+      one_rank &&
+      hm_moe_fuses_shared(p->experts, p->top_k, p->shared_experts * p->moe_intermediate, p->moe_intermediate);
+  return (hm_model_routed){p->experts / ep + fused, one_rank ? p->top_k + fused : 1, fused};
 }

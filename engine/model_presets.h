@@ -56,9 +56,23 @@ hm_status hm_model_preset_get(const char *name, hm_model_preset *out);
 /* Number of presets, and the i-th one (NULL past the end), for listings. */
 int hm_model_preset_count(void);
 const hm_model_preset *hm_model_preset_at(int i);
-/* Rows one token brings to a launch of the routed experts on ep ranks (hm_layer_config's
- * top_k): top_k where every expert is local, else 1, as a rank takes dispatched rows. */
-int hm_model_preset_launch_top_k(const hm_model_preset *p, int ep);
+/* Whether a MoE layer of `experts` routed experts and top_k runs shared experts of total
+ * width shared_width as one more routed expert (moe/layer.c): they are exactly one expert
+ * wide, and the expert and top-k counts have room for one more. */
+bool hm_moe_fuses_shared(int64_t experts, int top_k, int64_t shared_width, int64_t intermediate);
+
+/*
+ * The routed experts' GEMMs of preset p on one of tp x ep ranks, as the MoE layers make
+ * them. One rank (hm_moe_layer_create) runs shared experts as one more routed expert where
+ * hm_moe_fuses_shared says so, a row more a token; ranks of a group (comm/moe_dist.c) take
+ * dispatched rows one at a time and run shared experts as a layer of their own.
+ */
+typedef struct hm_model_routed {
+  int64_t experts;   /* the GEMMs' expert dimension */
+  int top_k;         /* rows a token brings to a launch (hm_layer_config's top_k) */
+  bool shared_fused; /* no dense shared-expert GEMMs */
+} hm_model_routed;
+hm_model_routed hm_model_preset_routed(const hm_model_preset *p, int tp, int ep);
 /* Checks the shape is usable (positive sizes, top_k <= experts, groups divide experts). */
 hm_status hm_model_preset_check(const hm_model_preset *p);
 /* Names of the enums, for headers and JSON. */

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "layer_internal.h"
 #include "log.h"
+#include "model_presets.h"
 
 static hm_status check_scheme(const hm_quant_scheme *s) {
   bool wide = s->act == HM_BF16 || s->act == HM_F16;
@@ -58,8 +59,7 @@ static hm_status make_gemm(hm_moe_layer *l, int64_t n, int64_t k, int64_t expert
  * weight 1: the GEMMs serve them without a pair of dense launches and an activation.
  */
 static bool can_fuse_shared(const hm_moe_config *c, int64_t shared_width) {
-  return shared_width == c->intermediate && c->router.experts < HM_MOE_MAX_EXPERTS &&
-         c->router.top_k < HM_MOE_MAX_TOP_K;
+  return hm_moe_fuses_shared(c->router.experts, c->router.top_k, shared_width, c->intermediate);
 }
 
 static hm_status make_gemms(hm_moe_layer *l) {

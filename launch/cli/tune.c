@@ -10,9 +10,9 @@
 
 #include "common/options.h"
 #include "engine.h"
-#include "heuristics/choose_model.h"
 #include "heuristics/tuner.h"
 #include "kernels/cache.h"
+#include "model_layers.h"
 
 #define EXIT_USAGE 2
 
@@ -23,7 +23,7 @@ typedef struct tune_opts {
   bool plan, help;
 } tune_opts;
 
-static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
+static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
     hm_gemm_config cfg;
@@ -44,7 +44,7 @@ static int plan_layer(const hm_choose_model_layer *l, hm_gemm_type type, const h
   return 0;
 }
 
-static int tune_layer(hm_engine *e, const hm_choose_model_layer *l, hm_gemm_type type, const tune_opts *o,
+static int tune_layer(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, const tune_opts *o,
                       const char *root) {
   hm_tune_request req = {&l->config, type, l->config.top_k > 1 ? l->config.top_k : 1, (int)o->candidates,
                          (int)o->reps};
@@ -93,7 +93,7 @@ static int parse(int argc, char **argv, tune_opts *o) {
   return -1;
 }
 
-static int run_layers(hm_engine *e, const hm_choose_model_layer *layers, int count, const tune_opts *o,
+static int run_layers(hm_engine *e, const hm_model_layer *layers, int count, const tune_opts *o,
                       const hm_device_profile *p, const char *root) {
   int rc = 0;
   for (int i = 0; i < count && rc == 0; i++) {
@@ -109,10 +109,10 @@ int hm_cli_tune(int argc, char **argv) {
   if (rc >= 0) return rc;
   hm_model_preset preset;
   hm_quant_scheme scheme;
-  hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+  hm_model_layer layers[HM_MODEL_MAX_LAYERS];
   int count = 0;
   if (hm_model_preset_get(o.model, &preset) != HM_OK || hm_quant_scheme_parse(o.quant, &scheme) != HM_OK ||
-      hm_choose_model_layers(&preset, &scheme, (int)o.tp, (int)o.ep, layers, &count) != HM_OK) {
+      hm_model_layers(&preset, &scheme, (int)o.tp, (int)o.ep, layers, &count) != HM_OK) {
     fprintf(stderr, "humming-moe tune: %s\n", hm_last_error());
     return EXIT_USAGE;
   }

@@ -15,9 +15,9 @@
 #include <jansson.h>
 
 #include "heuristics/choose_engine.h"
-#include "heuristics/choose_model.h"
 #include "heuristics/tune_table.h"
 #include "hm_test.h"
+#include "model_layers.h"
 #include "test_bench_util.h"
 
 #ifndef HM_BENCH_EXE
@@ -45,11 +45,11 @@ static int store_tuned_entry(void) {
   hm_engine *engine = hm_test_host_engine();
   hm_model_preset preset;
   hm_quant_scheme scheme;
-  hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+  hm_model_layer layers[HM_MODEL_MAX_LAYERS];
   int count = 0, arch = 0;
   HM_ASSERT_OK(hm_model_preset_get("tiny", &preset));
   HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &scheme));
-  HM_ASSERT_OK(hm_choose_model_layers(&preset, &scheme, 1, 1, layers, &count));
+  HM_ASSERT_OK(hm_model_layers(&preset, &scheme, 1, 1, layers, &count));
   const hm_layer_config *lc = &layers[0].config; /* experts.gate_up */
   HM_ASSERT_OK(hm_heuristics_arch(engine, &arch));
   hm_layer_plan heuristic;

@@ -16,12 +16,12 @@
 
 #include "check.h"
 #include "heuristics/choose.h"
-#include "heuristics/choose_model.h"
 #include "heuristics/device_profile.h"
 #include "hm_test.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_select.h"
 #include "kernels/transform.h"
+#include "model_layers.h"
 #include "model_presets.h"
 #include "test_gemm_compile.h"
 
@@ -106,10 +106,10 @@ static void heuristic_plans_compile(void **state) {
     HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &prof));
     for (size_t q = 0; q < HM_ARRAY_SIZE(quants); q++) {
       hm_quant_scheme scheme;
-      hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+      hm_model_layer layers[HM_MODEL_MAX_LAYERS];
       int count = 0;
       HM_ASSERT_OK(hm_quant_scheme_parse(quants[q], &scheme));
-      HM_ASSERT_OK(hm_choose_model_layers(&preset, &scheme, 1, 1, layers, &count));
+      HM_ASSERT_OK(hm_model_layers(&preset, &scheme, 1, 1, layers, &count));
       for (int l = 0; l < count; l++) {
         if (layers[l].config.experts == 1) continue;
         hm_gemm_plan plan;

@@ -13,10 +13,10 @@
 
 #include "check.h"
 #include "heuristics/choose.h"
-#include "heuristics/choose_model.h"
 #include "heuristics/roofline.h"
-#include "kernels/gemm_select.h"
 #include "hm_test.h"
+#include "kernels/gemm_select.h"
+#include "model_layers.h"
 
 static const char *const quants[] = {"w4a16", "w4a16-sym", "w8a16", "bf16", "w8a8-fp8", "w8a8-int8"};
 static const char *const profiles[] = {"h20", "h200", "a100"};
@@ -71,9 +71,9 @@ static void every_preset_quant_profile_is_legal(void **state) {
     for (size_t q = 0; q < HM_ARRAY_SIZE(quants); q++) {
       hm_quant_scheme scheme;
       HM_ASSERT_OK(hm_quant_scheme_parse(quants[q], &scheme));
-      hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+      hm_model_layer layers[HM_MODEL_MAX_LAYERS];
       int count = 0;
-      HM_ASSERT_OK(hm_choose_model_layers(preset, &scheme, 1, 1, layers, &count));
+      HM_ASSERT_OK(hm_model_layers(preset, &scheme, 1, 1, layers, &count));
       for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
         hm_device_profile p;
         HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &p));
@@ -177,9 +177,9 @@ static void h20_and_h200_part_where_the_model_says(void **state) {
   hm_quant_scheme scheme;
   HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &scheme));
   for (int m = 0; m < hm_model_preset_count(); m++) {
-    hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+    hm_model_layer layers[HM_MODEL_MAX_LAYERS];
     int count = 0;
-    HM_ASSERT_OK(hm_choose_model_layers(hm_model_preset_at(m), &scheme, 1, 1, layers, &count));
+    HM_ASSERT_OK(hm_model_layers(hm_model_preset_at(m), &scheme, 1, 1, layers, &count));
     for (int l = 0; l < count; l++) {
       const hm_layer_config *lc = &layers[l].config;
       const hm_gemm_type type = lc->experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED;

@@ -18,9 +18,9 @@
 
 #include "check.h"
 #include "heuristics/choose.h"
-#include "heuristics/choose_model.h"
 #include "hm_test.h"
 #include "kernels/gemm_gen.h"
+#include "model_layers.h"
 
 #define MAX_KERNELS 1024
 #define MAX_FACETS 4096
@@ -67,7 +67,7 @@ static bool kernel_supports(const hm_layer_config *lc, hm_gemm_type type, int ar
          hm_gemm_select(&base, 1, &pick) == HM_OK;
 }
 
-static void add_layer(batch *b, const hm_choose_model_layer *layer, const hm_device_profile *p) {
+static void add_layer(batch *b, const hm_model_layer *layer, const hm_device_profile *p) {
   const hm_gemm_type moe[] = {HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS, HM_GEMM_GROUPED_MASKED};
   const hm_gemm_type dense[] = {HM_GEMM_DENSE};
   const bool is_dense = layer->config.experts == 1;
@@ -95,10 +95,10 @@ static void every_chosen_tiling_and_format_compiles(void **state) {
     for (int m = 0; m < hm_model_preset_count(); m++)
       for (size_t q = 0; q < HM_ARRAY_SIZE(quants); q++) {
         hm_quant_scheme scheme;
-        hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+        hm_model_layer layers[HM_MODEL_MAX_LAYERS];
         int count = 0;
         HM_ASSERT_OK(hm_quant_scheme_parse(quants[q], &scheme));
-        HM_ASSERT_OK(hm_choose_model_layers(hm_model_preset_at(m), &scheme, 1, 1, layers, &count));
+        HM_ASSERT_OK(hm_model_layers(hm_model_preset_at(m), &scheme, 1, 1, layers, &count));
         for (int l = 0; l < count; l++) add_layer(b, &layers[l], &p);
       }
   }

@@ -15,11 +15,11 @@
 
 #include "check.h"
 #include "heuristics/choose_engine.h"
-#include "heuristics/choose_model.h"
 #include "heuristics/tune_table.h"
 #include "hm_test.h"
 #include "layer_internal.h"
 #include "log.h"
+#include "model_layers.h"
 #include "params.h"
 
 #define TOP_K 2
@@ -289,11 +289,11 @@ static void named_profile_plans_like_the_heuristics(void **state) {
   const char *const names[] = {"h20", "h200", "a100"};
   hm_quant_scheme scheme;
   hm_model_preset preset;
-  hm_choose_model_layer layers[HM_CHOOSE_MODEL_MAX_LAYERS];
+  hm_model_layer layers[HM_MODEL_MAX_LAYERS];
   int count = 0;
   HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &scheme));
   HM_ASSERT_OK(hm_model_preset_get("deepseek-v3", &preset));
-  HM_ASSERT_OK(hm_choose_model_layers(&preset, &scheme, 1, 1, layers, &count));
+  HM_ASSERT_OK(hm_model_layers(&preset, &scheme, 1, 1, layers, &count));
   for (size_t n = 0; n < HM_ARRAY_SIZE(names); n++) {
     set_env("HUMMING_DEVICE_PROFILE", names[n]);
     hm_device_profile p;

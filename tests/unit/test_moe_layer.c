@@ -14,6 +14,9 @@
 
 #include "hm_test.h"
 #include "kernels/moe_front.cuh"
+#include "layer_internal.h"
+#include "model_layers.h"
+#include "moe/layer_internal.h"
 #include "numfmt.h"
 #include "params.h"
 #include "quant.h"
@@ -464,6 +467,45 @@ static void model_presets(void **state) {
   assert_int_equal(hm_moe_config_for_model("no-such-model", &c), HM_INVALID_ARGUMENT);
 }
 
+static void same_gemm(const hm_layer_config *made, const hm_layer_config *listed) {
+  assert_int_equal(made->n, listed->n);
+  assert_int_equal(made->k, listed->k);
+  assert_int_equal(made->experts, listed->experts);
+  assert_int_equal(made->top_k, listed->top_k);
+  assert_int_equal(made->out, listed->out);
+}
+
+/* What precompile compiles and the tuner times (hm_model_layers) is what a single-rank MoE
+ * layer of the preset makes: shared experts one expert wide run as one more routed expert,
+ * a row more a token, with no dense pair; else the dense pair. */
+static void model_layers_are_the_layers_gemms(void **state) {
+  (void)state;
+  hm_engine *eng = hm_test_host_engine();
+  const char *const models[] = {"deepseek-mini", "deepseek-v3", "tiny"};
+  for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+    hm_moe_config c = HM_MOE_CONFIG_INIT;
+    HM_ASSERT_OK(hm_moe_config_for_model(models[m], &c));
+    HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &c.scheme));
+    hm_moe_layer *l = NULL;
+    HM_ASSERT_OK(hm_moe_layer_create(eng, &c, &l));
+    hm_model_preset p;
+    hm_model_layer layers[HM_MODEL_MAX_LAYERS];
+    int count = 0;
+    HM_ASSERT_OK(hm_model_preset_get(models[m], &p));
+    HM_ASSERT_OK(hm_model_layers(&p, &c.scheme, 1, 1, layers, &count));
+    same_gemm(&l->gate_up->cfg, &layers[0].config);
+    same_gemm(&l->down->cfg, &layers[1].config);
+    const bool dense_pair = count > 2 && strcmp(layers[2].role, "shared.gate_up") == 0;
+    assert_int_equal(dense_pair, l->shared_gate_up != NULL);
+    if (dense_pair) {
+      same_gemm(&l->shared_gate_up->cfg, &layers[2].config);
+      same_gemm(&l->shared_down->cfg, &layers[3].config);
+    }
+    hm_moe_layer_destroy(l);
+  }
+  hm_engine_destroy(eng);
+}
+
 static void bad_configs_and_calls_are_refused(void **state) {
   (void)state;
   hm_engine *eng = hm_test_host_engine();
@@ -527,6 +569,7 @@ int main(void) {
       cmocka_unit_test(int8_activations),
       cmocka_unit_test(auto_layout_and_stats),
       cmocka_unit_test(launches_per_layout),
+      cmocka_unit_test(model_layers_are_the_layers_gemms),
       cmocka_unit_test(fused_shared_expert_weights),
       cmocka_unit_test(model_presets),
       cmocka_unit_test(bad_configs_and_calls_are_refused),

@@ -30,22 +30,28 @@ struct hm_moe_combine_params {
 #if defined(__CUDACC__) && defined(HM_COMBINE_HIDDEN)
 
 /* Adds w * row[c0 .. c0+8) to acc; vector: one 16-byte load. */
-__device__ __forceinline__ void hm_combine_add(float *acc, const unsigned short *row, int c0, float w, bool vector) {
-  float v[8];
-  if (vector && c0 + 8 <= HM_COMBINE_HIDDEN) {
-    hm_load_bf16x8(row + c0, v);
-  } else {
+/* Eight bf16 columns of a row from c0, packed two a word; zeros past HIDDEN. */
+__device__ __forceinline__ uint4 hm_combine_load(const unsigned short *row, int c0, bool vector) {
+  if (vector && c0 + 8 <= HM_COMBINE_HIDDEN) return *reinterpret_cast<const uint4 *>(row + c0);
+  unsigned h[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) v[j] = c0 + j < HM_COMBINE_HIDDEN ? hm_bf16_to_f32(row[c0 + j]) : 0.0f;
+  for (int j = 0; j < 8; j++) h[j] = c0 + j < HM_COMBINE_HIDDEN ? row[c0 + j] : 0u;
+  return make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+}
+
+__device__ __forceinline__ void hm_combine_add(float *acc, uint4 q, float w) {
+  const unsigned u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    acc[2 * j] = __fmaf_rn(w, __uint_as_float(u[j] << 16), acc[2 * j]);
+    acc[2 * j + 1] = __fmaf_rn(w, __uint_as_float(u[j] & 0xffff0000u), acc[2 * j + 1]);
   }
-#pragma unroll
-  for (int j = 0; j < 8; j++) acc[j] = __fmaf_rn(w, v[j], acc[j]);
 }
 
 extern "C" __global__ void __launch_bounds__(HM_COMBINE_THREADS) hm_moe_combine(hm_moe_combine_params p) {
   const long long t = blockIdx.x;
   if (t >= p.tokens) return;
-  const int slots = HM_COMBINE_TOP_K + HM_COMBINE_APPENDED;
+  constexpr int slots = HM_COMBINE_TOP_K + HM_COMBINE_APPENDED;
   __shared__ int rows[HM_COMBINE_TOP_K + HM_COMBINE_APPENDED];
   __shared__ float weights[HM_COMBINE_TOP_K];
   if (threadIdx.x < slots) rows[threadIdx.x] = p.row_of[t * slots + threadIdx.x];
@@ -58,19 +64,26 @@ extern "C" __global__ void __launch_bounds__(HM_COMBINE_THREADS) hm_moe_combine(
   unsigned short *y = p.y + t * HM_COMBINE_HIDDEN;
   const int c0 = blockIdx.y * HM_COMBINE_COLUMNS + threadIdx.x * 8;
   if (c0 >= HM_COMBINE_HIDDEN) return;
+  /* Every slot's columns are loaded before any is summed: one round trip to memory for the
+   * token, where loading each after the previous sum took one a slot (7 us for a token of
+   * DeepSeek-V3 on the H200, nine slots). */
+  uint4 q[slots + HM_COMBINE_SHARED];
+#pragma unroll
+  for (int k = 0; k < slots; k++)
+    q[k] = rows[k] >= 0 ? hm_combine_load(p.expert_out + (long long)rows[k] * HM_COMBINE_HIDDEN, c0, vector)
+                        : make_uint4(0u, 0u, 0u, 0u);
+#if HM_COMBINE_SHARED
+  q[slots] = hm_combine_load(p.shared + t * HM_COMBINE_HIDDEN, c0, vector);
+#endif
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int k = 0; k < HM_COMBINE_TOP_K; k++) {
-    if (rows[k] < 0) continue;
-    hm_combine_add(acc, p.expert_out + (long long)rows[k] * HM_COMBINE_HIDDEN, c0, weights[k], vector);
-  }
+  for (int k = 0; k < HM_COMBINE_TOP_K; k++)
+    if (rows[k] >= 0) hm_combine_add(acc, q[k], weights[k]);
 #if HM_COMBINE_APPENDED
-  const int shared_row = rows[HM_COMBINE_TOP_K];
-  if (shared_row >= 0)
-    hm_combine_add(acc, p.expert_out + (long long)shared_row * HM_COMBINE_HIDDEN, c0, 1.0f, vector);
+  if (rows[HM_COMBINE_TOP_K] >= 0) hm_combine_add(acc, q[HM_COMBINE_TOP_K], 1.0f);
 #endif
 #if HM_COMBINE_SHARED
-  hm_combine_add(acc, p.shared + t * HM_COMBINE_HIDDEN, c0, 1.0f, vector);
+  hm_combine_add(acc, q[slots], 1.0f);
 #endif
   unsigned short out[8];
 #pragma unroll

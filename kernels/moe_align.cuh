@@ -271,29 +271,13 @@ extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_align_scat
 
 #if defined(__CUDACC__) && (defined(HM_PERMUTE) || defined(HM_ALIGN_E))
 
-/* Loads in flight a thread before its stores: a row of 7168 bf16 is 3.5 of a block's loads. */
-#define HM_PERMUTE_LOADS 4
-
-/*
- * Copies a row with the whole block, 16 bytes a load when sizes and addresses allow. A
- * thread's loads all go out before its stores: copied one by one, each load waited for
- * the store before it (dst may alias src as far as the compiler knows).
- */
+/* Copies a row with the whole block, 16 bytes a load when sizes and addresses allow. */
 __device__ __forceinline__ void hm_permute_copy(unsigned char *dst, const unsigned char *src, long long bytes) {
   const bool vector = ((bytes | (long long)(unsigned long long)dst | (long long)(unsigned long long)src) & 15) == 0;
   if (vector) {
     uint4 *d = reinterpret_cast<uint4 *>(dst);
     const uint4 *s = reinterpret_cast<const uint4 *>(src);
-    const long long n = bytes / 16, stride = blockDim.x;
-    for (long long base = threadIdx.x; base < n; base += HM_PERMUTE_LOADS * stride) {
-      uint4 v[HM_PERMUTE_LOADS];
-#pragma unroll
-      for (int u = 0; u < HM_PERMUTE_LOADS; u++)
-        if (base + u * stride < n) v[u] = s[base + u * stride];
-#pragma unroll
-      for (int u = 0; u < HM_PERMUTE_LOADS; u++)
-        if (base + u * stride < n) d[base + u * stride] = v[u];
-    }
+    for (long long c = threadIdx.x; c < bytes / 16; c += blockDim.x) d[c] = s[c];
     return;
   }
   for (long long c = threadIdx.x; c < bytes; c += blockDim.x) dst[c] = src[c];

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "cuda_driver.h"
 #include "engine.h"
+#include "hm_fake_cuda.h"
 #include "hm_test.h"
 #include "kernels/jit.h"
 
@@ -49,13 +50,6 @@ static struct {
   bool fail_load;
 } seen;
 
-static CUresult fake_ctx_set_current(CUcontext c) {
-  return c ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-static CUresult fake_device_get(CUdevice *d, int ordinal) {
-  *d = ordinal;
-  return CUDA_SUCCESS;
-}
 static CUresult fake_retain(CUcontext *c, CUdevice d) {
   (void)d;
   *c = (CUcontext)0x1000;
@@ -83,11 +77,6 @@ static CUresult fake_get_function(CUfunction *f, CUmodule m, const char *name) {
   *f = (CUfunction)(uintptr_t)((uintptr_t)m + 0x100);
   return CUDA_SUCCESS;
 }
-static CUresult fake_get_attr(int *v, CUfunction_attribute a, CUfunction f) {
-  (void)f;
-  *v = a == CU_FUNC_ATTRIBUTE_NUM_REGS ? 40 : a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
-  return CUDA_SUCCESS;
-}
 static CUresult fake_set_attr(CUfunction f, CUfunction_attribute a, int v) {
   (void)f;
   if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
@@ -103,16 +92,6 @@ static CUresult fake_launch(const CUlaunchConfig *cfg, CUfunction f, void **args
   for (unsigned i = 0; i < cfg->numAttrs && i < 4; i++) seen.last_attrs[i] = cfg->attrs[i];
   return CUDA_SUCCESS;
 }
-static CUresult fake_error_name(CUresult r, const char **s) {
-  *s = r == CUDA_ERROR_INVALID_IMAGE ? "CUDA_ERROR_INVALID_IMAGE" : "CUDA_ERROR";
-  return CUDA_SUCCESS;
-}
-static CUresult fake_error_string(CUresult r, const char **s) {
-  (void)r;
-  *s = "fake";
-  return CUDA_SUCCESS;
-}
-
 static hm_engine fake_engine;
 static char cache_dir[] = "/tmp/hm-test-launch-XXXXXX";
 
@@ -120,25 +99,15 @@ static int setup(void **state) {
   (void)state;
   hm_shutdown();
   memset(&seen, 0, sizeof(seen));
-  memset(&hm_cu, 0, sizeof(hm_cu));
-  hm_cu.cuCtxSetCurrent = fake_ctx_set_current;
-  hm_cu.cuDeviceGet = fake_device_get;
+  hm_fake_cuda_install();
   hm_cu.cuDevicePrimaryCtxRetain = fake_retain;
   hm_cu.cuDevicePrimaryCtxRelease = fake_release;
   hm_cu.cuModuleLoadData = fake_load;
   hm_cu.cuModuleUnload = fake_unload;
   hm_cu.cuModuleGetFunction = fake_get_function;
-  hm_cu.cuFuncGetAttribute = fake_get_attr;
   hm_cu.cuFuncSetAttribute = fake_set_attr;
   hm_cu.cuLaunchKernelEx = fake_launch;
-  hm_cu.cuGetErrorName = fake_error_name;
-  hm_cu.cuGetErrorString = fake_error_string;
-  memset(&fake_engine, 0, sizeof(fake_engine));
-  fake_engine.kind = HM_BACKEND_CUDA;
-  fake_engine.device = 0;
-  fake_engine.arch = 80;
-  fake_engine.backend_state = (void *)0x1000;
-  snprintf(fake_engine.device_name, sizeof(fake_engine.device_name), "fake sm_80");
+  fake_engine = hm_fake_cuda_engine(80);
   return 0;
 }
 

@@ -16,9 +16,6 @@
 #include "moe_router.cuh"
 
 #define HM_FRONT_MAX_TOKENS 16
-/* Steps of up to this many tokens route each token with the whole block (sigmoid routers:
- * hm_router_token_block); more take a warp a token. */
-#define HM_FRONT_BLOCK_ROUTED 2
 
 struct hm_moe_front_params {
   struct hm_moe_router_params route;    /* logits NULL: the ids are given_ids */
@@ -46,19 +43,10 @@ extern "C" __global__ void __launch_bounds__(HM_ALIGN_THREADS) hm_moe_front(hm_m
   const bool leader = blockIdx.x == 0;
   const long long ids_n = p.route.tokens * HM_ROUTER_TOP_K;
   if (p.route.logits) {
-#if HM_ROUTER_SIGMOID
-    if (p.route.tokens <= HM_FRONT_BLOCK_ROUTED) {
-      for (long long t = 0; t < p.route.tokens; t++)
-        hm_router_token_block<HM_ALIGN_WARPS>(p.route, t, ids + t * HM_ROUTER_TOP_K,
-                                              leader ? p.route.topk_weights + t * HM_ROUTER_TOP_K : nullptr);
-    } else
-#endif
-    {
-      const int lane = threadIdx.x & 31;
-      for (long long t = threadIdx.x >> 5; t < p.route.tokens; t += HM_ALIGN_WARPS)
-        hm_router_token(p.route, t, lane, ids + t * HM_ROUTER_TOP_K,
-                        leader ? p.route.topk_weights + t * HM_ROUTER_TOP_K : nullptr);
-    }
+    const int lane = threadIdx.x & 31;
+    for (long long t = threadIdx.x >> 5; t < p.route.tokens; t += HM_ALIGN_WARPS)
+      hm_router_token(p.route, t, lane, ids + t * HM_ROUTER_TOP_K,
+                      leader ? p.route.topk_weights + t * HM_ROUTER_TOP_K : nullptr);
   } else {
     for (long long i = threadIdx.x; i < ids_n; i += HM_ALIGN_THREADS) ids[i] = p.given_ids[i];
   }

@@ -142,26 +142,6 @@ __device__ __forceinline__ unsigned hm_router_groups(int lane, const float *choi
 #endif
 }
 
-/* The chosen ids and their scores, in choice order, out as ids and weights: renormalized
- * (summed in choice order), then scaled. weights_out NULL: ids only. */
-__device__ __forceinline__ void hm_router_write(const hm_moe_router_params &p, const int *ids,
-                                                const float *weights, int *ids_out, float *weights_out) {
-#if HM_ROUTER_RENORM
-  float sum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < HM_ROUTER_TOP_K; k++) sum += weights[k];
-#endif
-#pragma unroll
-  for (int k = 0; k < HM_ROUTER_TOP_K; k++) {
-    float w = weights[k];
-#if HM_ROUTER_RENORM
-    if (sum > 0.0f) w = w / sum;
-#endif
-    ids_out[k] = ids[k];
-    if (weights_out) weights_out[k] = w * p.scaling;
-  }
-}
-
 /*
  * Routes token t with the whole warp; lane 0 writes its TOP_K ids and weights (none when
  * weights_out is NULL). Every lane of the warp must call it with the same t.
@@ -193,127 +173,22 @@ __device__ __forceinline__ void hm_router_token(const hm_moe_router_params &p, l
     ids[k] = bi < HM_ROUTER_E ? bi : -1;
     weights[k] = bs;
   }
-  if (lane == 0) hm_router_write(p, ids, weights, ids_out, weights_out);
-}
-
-#if HM_ROUTER_SIGMOID
-/*
- * Routes token t with every warp of a block of WARPS (all its threads call it), for a step
- * of a token or two, where one warp routing alone kept the rest of the block waiting (half
- * of the decode front's 13.5 us, DeepSeek-V3 on the H200). Scores and choices go to shared
- * memory; warp w takes the values of groups w, w + WARPS, ..., then the TOP_K best of the
- * kept groups' experts w * 32 + lane + 32 * WARPS * j; warp 0 picks the TOP_K best of the
- * warps' candidates. A sigmoid score is one expert's own, so the choices, ties (the lower
- * index) and weights are those of hm_router_token. Thread 0 writes ids and weights.
- */
-#define HM_ROUTER_GROUP_LANES ((HM_ROUTER_GROUP_SIZE + 31) / 32)
-template <int WARPS>
-__device__ void hm_router_token_block(const hm_moe_router_params &p, long long t, int *ids_out,
-                                      float *weights_out) {
-  constexpr int per_lane = (HM_ROUTER_E + 32 * WARPS - 1) / (32 * WARPS), cands = WARPS * HM_ROUTER_TOP_K;
-  __shared__ float score_s[HM_ROUTER_E], choice_s[HM_ROUTER_E];
-#if HM_ROUTER_GROUPS > 1
-  __shared__ float group_s[HM_ROUTER_GROUPS];
-#endif
-  __shared__ float cand_v[cands], cand_s[cands];
-  __shared__ int cand_i[cands];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float *row = p.logits + t * HM_ROUTER_E;
-  for (int e = threadIdx.x; e < HM_ROUTER_E; e += 32 * WARPS) {
-    const float s = 1.0f / (1.0f + expf(-row[e]));
-    score_s[e] = s;
-    choice_s[e] = HM_ROUTER_BIAS ? s + p.bias[e] : s;
-  }
-  __syncthreads();
-  unsigned keep = 1u;
-#if HM_ROUTER_GROUPS > 1
-  for (int g = warp; g < HM_ROUTER_GROUPS; g += WARPS) {
-    float top1 = HM_ROUTER_NEG_INF, top2 = HM_ROUTER_NEG_INF;
-    for (int j = 0; j < HM_ROUTER_GROUP_LANES; j++) {
-      const int local = lane + 32 * j;
-      if (local >= HM_ROUTER_GROUP_SIZE) break;
-      const float c = choice_s[g * HM_ROUTER_GROUP_SIZE + local];
-      if (c > top1) {
-        top2 = top1;
-        top1 = c;
-      } else if (c > top2) {
-        top2 = c;
-      }
-    }
+  if (lane != 0) return;
+#if HM_ROUTER_RENORM
+  float sum = 0.0f;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float o1 = __shfl_xor_sync(0xffffffffu, top1, off);
-      const float o2 = __shfl_xor_sync(0xffffffffu, top2, off);
-      const float second = top1 >= o1 ? fmaxf(top2, o1) : fmaxf(top1, o2);
-      top1 = fmaxf(top1, o1);
-      top2 = second;
-    }
-    if (lane == 0) group_s[g] = HM_ROUTER_BIAS ? top1 + top2 : top1;
-  }
-  __syncthreads();
-  keep = 0;
-  for (int n = 0; n < HM_ROUTER_TOPK_GROUP; n++) {
-    int best = -1;
-    for (int g = 0; g < HM_ROUTER_GROUPS; g++)
-      if (!((keep >> g) & 1u) && (best < 0 || group_s[g] > group_s[best])) best = g;
-    keep |= 1u << best;
-  }
+  for (int k = 0; k < HM_ROUTER_TOP_K; k++) sum += weights[k];
 #endif
-  unsigned taken = 0;
 #pragma unroll
   for (int k = 0; k < HM_ROUTER_TOP_K; k++) {
-    float bv = HM_ROUTER_NEG_INF, bs = 0.0f;
-    int bi = HM_ROUTER_NO_EXPERT;
-#pragma unroll
-    for (int j = 0; j < per_lane; j++) {
-      const int e = warp * 32 + lane + 32 * WARPS * j;
-      const bool candidate =
-          e < HM_ROUTER_E && !((taken >> j) & 1u) && ((keep >> (e / HM_ROUTER_GROUP_SIZE)) & 1u);
-      if (candidate && hm_router_better(choice_s[e], e, bv, bi)) {
-        bv = choice_s[e];
-        bi = e;
-        bs = score_s[e];
-      }
-    }
-    hm_router_warp_argmax(bv, bi, bs);
-    if (bi < HM_ROUTER_E && ((bi >> 5) % WARPS) == warp && (bi & 31) == lane) taken |= 1u << (bi / (32 * WARPS));
-    if (lane == 0) {
-      cand_v[warp * HM_ROUTER_TOP_K + k] = bv;
-      cand_i[warp * HM_ROUTER_TOP_K + k] = bi;
-      cand_s[warp * HM_ROUTER_TOP_K + k] = bs;
-    }
-  }
-  __syncthreads();
-  if (warp == 0) {
-    constexpr int per = (cands + 31) / 32;
-    unsigned used = 0;
-    int ids[HM_ROUTER_TOP_K];
-    float weights[HM_ROUTER_TOP_K];
-#pragma unroll
-    for (int k = 0; k < HM_ROUTER_TOP_K; k++) {
-      float bv = HM_ROUTER_NEG_INF, bs = 0.0f;
-      int bi = HM_ROUTER_NO_EXPERT, slot = -1;
-#pragma unroll
-      for (int j = 0; j < per; j++) {
-        const int c = lane + 32 * j;
-        if (c < cands && !((used >> j) & 1u) && hm_router_better(cand_v[c], cand_i[c], bv, bi)) {
-          bv = cand_v[c];
-          bi = cand_i[c];
-          bs = cand_s[c];
-          slot = j;
-        }
-      }
-      const int mine = bi;
-      hm_router_warp_argmax(bv, bi, bs);
-      if (slot >= 0 && mine == bi && bi < HM_ROUTER_E) used |= 1u << slot;
-      ids[k] = bi < HM_ROUTER_E ? bi : -1;
-      weights[k] = bs;
-    }
-    if (lane == 0) hm_router_write(p, ids, weights, ids_out, weights_out);
-  }
-  __syncthreads(); /* the next token reuses the shared memory */
-}
+    float w = weights[k];
+#if HM_ROUTER_RENORM
+    if (sum > 0.0f) w = w / sum;
 #endif
+    ids_out[k] = ids[k];
+    if (weights_out) weights_out[k] = w * p.scaling;
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(HM_ROUTER_WARPS * 32) hm_moe_router(hm_moe_router_params p) {
   const int lane = threadIdx.x & 31;

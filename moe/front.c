@@ -11,12 +11,10 @@
 #include "check.h"
 #include "moe_internal.h"
 
-/* The kernel's static shared memory: what hm_align_in_block, hm_router_token_block (scores,
- * choices, up to 32 group values, the warps' candidates) and hm_moe_front declare. */
+/* The kernel's static shared memory: what hm_align_in_block and hm_moe_front declare. */
 bool hm_moe_front_fits(int64_t experts, int top_k) {
   int64_t words = 3 * experts + 1 + HM_ALIGN_WARPS * experts + HM_ALIGN_WARPS +
-                  (int64_t)HM_FRONT_MAX_TOKENS * (2 * top_k + 1) + 2 * experts + 32 +
-                  3 * (int64_t)HM_ALIGN_WARPS * top_k;
+                  (int64_t)HM_FRONT_MAX_TOKENS * (2 * top_k + 1);
   return words * (int64_t)sizeof(int32_t) <= 48 * 1024;
 }
 

@@ -4,9 +4,9 @@
  * kernel) against the same stages launched apart on the GPU and against the host front:
  * ids, weights, every metadata array and every permuted row bit for bit, for each
  * layout, one or two alignment sets, with and without an appended expert (a layer's
- * fused shared expert), T = 1..16, grouped and ungrouped sigmoid routers and a softmax one. Also alignment
- * and combine with an appended expert against the host, on the one-block and the three-kernel alignment
- * paths. Skips (77) without a CUDA device.
+ * fused shared expert), T = 1..16. Also alignment and combine with an appended expert
+ * against the host, on the one-block and the three-kernel alignment paths.
+ * Skips (77) without a CUDA device.
  */
 #include <math.h>
 #include <stdio.h>
@@ -262,17 +262,14 @@ static void front_matches_the_stages_apart(void **state) {
   (void)state;
   hm_rng rng;
   hm_rng_seed(&rng, hm_test_seed("moe_gpu_front"));
-  /* Sigmoid routers route one or two tokens with the whole block (groups of 32, of 40, none). */
   const hm_moe_router_config routers[] = {
       {HM_MOE_SCORING_SIGMOID, 256, 8, 8, 4, true, true, 2.5f},
-      {HM_MOE_SCORING_SIGMOID, 160, 6, 4, 2, true, false, 1.0f},
-      {HM_MOE_SCORING_SIGMOID, 64, 6, 1, 1, false, true, 1.0f},
       {HM_MOE_SCORING_SOFTMAX, 16, 4, 1, 1, false, true, 1.0f},
   };
-  const int64_t tokens[] = {1, 2, 5, 16};
-  for (size_t r = 0; r < sizeof(routers) / sizeof(routers[0]); r++)
+  const int64_t tokens[] = {1, 5, 16};
+  for (size_t r = 0; r < 2; r++)
     for (int layout = HM_MOE_LAYOUT_INDEXED; layout <= HM_MOE_LAYOUT_MASKED; layout++)
-      for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); t++)
+      for (size_t t = 0; t < 3; t++)
         for (int variant = 0; variant < 4; variant++) {
           front_case c = make_case(&routers[r], (hm_moe_layout)layout, tokens[t], variant & 1, variant & 2,
                                    1 + (int)(t % 2));

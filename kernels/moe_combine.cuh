@@ -29,8 +29,8 @@ struct hm_moe_combine_params {
 
 #if defined(__CUDACC__) && defined(HM_COMBINE_HIDDEN)
 
-/* Adds w * row[c0 .. c0+8) to acc; vector: one 16-byte load. */
-/* Eight bf16 columns of a row from c0, packed two a word; zeros past HIDDEN. */
+/* Eight bf16 columns of a row from c0, packed two a word (vector: one 16-byte load); zeros
+ * past HIDDEN. */
 __device__ __forceinline__ uint4 hm_combine_load(const unsigned short *row, int c0, bool vector) {
   if (vector && c0 + 8 <= HM_COMBINE_HIDDEN) return *reinterpret_cast<const uint4 *>(row + c0);
   unsigned h[8];
@@ -39,6 +39,7 @@ __device__ __forceinline__ uint4 hm_combine_load(const unsigned short *row, int 
   return make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
 }
 
+/* Adds w times the eight packed columns q to acc. */
 __device__ __forceinline__ void hm_combine_add(float *acc, uint4 q, float w) {
   const unsigned u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll

@@ -285,8 +285,8 @@ static void grouped_rows_come_from_the_routed_count(void **state) {
   assert_true(us[0] < 1.5 * us[1] && us[1] < 1.5 * us[0]);
 }
 
-/* DeepSeek-V3's routed experts (top 8 of 256) on one rank, W4A16 g128. */
-/* As the MoE layer makes them: a token brings top_k rows to a launch. */
+/* DeepSeek-V3's routed experts (top 8 of 256) on one rank, W4A16 g128, a token bringing
+ * top_k rows to a launch as in the MoE layer. */
 static hm_layer_config deepseek_experts(int64_t n, int64_t k) {
   hm_layer_config c = layer("w4a16", n, k, 256);
   c.top_k = 8;
@@ -295,8 +295,9 @@ static hm_layer_config deepseek_experts(int64_t n, int64_t k) {
 
 /*
  * MoE buckets end at fractions of a row per expert, so that one token of a top-8 layer of
- * 256 experts (8 rows), 2-4 tokens (9-32) and 16 tokens (128 rows) get kernels of their own; dense buckets
- * stay in rows; a layer of two experts still gets buckets at least a row wide.
+ * 256 experts (8 rows), 2-4 tokens (9-32) and 16 tokens (128 rows) get kernels of their
+ * own; dense buckets stay in rows; a layer of two experts still gets buckets at least a row
+ * wide.
  */
 static void decode_tokens_get_buckets_of_their_own(void **state) {
   (void)state;

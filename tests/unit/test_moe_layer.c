@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "hm_test.h"
 #include "kernels/moe_front.cuh"
 #include "layer_internal.h"
@@ -482,7 +483,7 @@ static void model_layers_are_the_layers_gemms(void **state) {
   (void)state;
   hm_engine *eng = hm_test_host_engine();
   const char *const models[] = {"deepseek-mini", "deepseek-v3", "tiny"};
-  for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+  for (size_t m = 0; m < HM_ARRAY_SIZE(models); m++) {
     hm_moe_config c = HM_MOE_CONFIG_INIT;
     HM_ASSERT_OK(hm_moe_config_for_model(models[m], &c));
     HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &c.scheme));

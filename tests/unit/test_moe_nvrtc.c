@@ -5,14 +5,10 @@
  * layer asks for them at transform (hm_moe_compile_kernels), for the presets' routers,
  * widths and shared experts and for 16- and 8-bit activations. On the fake driver: no GPU.
  */
-#include <stdio.h>
-#include <stdlib.h>
-
+#include "check.h"
 #include "hm_fake_cuda.h"
-#include "hm_test.h"
 #include "moe/layer_internal.h"
-
-static char cache_dir[] = "/tmp/hm-test-moe-nvrtc-XXXXXX";
+#include "test_jit_util.h"
 
 static void compile_for(int arch, const char *model, const char *quant) {
   hm_fake_cuda_install();
@@ -49,19 +45,13 @@ static void every_kernel_compiles(void **state) {
       {"mixtral-8x7b", "w4a8-mxfp4", 89}, /* eight experts, top 2 */
   };
   const int archs[] = {80, 90};
-  for (size_t a = 0; a < sizeof(archs) / sizeof(archs[0]); a++)
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++)
+    for (size_t i = 0; i < HM_ARRAY_SIZE(cases); i++)
       if (archs[a] >= cases[i].min_arch) compile_for(archs[a], cases[i].model, cases[i].quant);
 }
 
 int main(void) {
-  char *dir = mkdtemp(cache_dir);
-  if (dir == NULL) return 1;
-  setenv("HUMMING_CACHE_DIR", dir, 1);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(every_kernel_compiles)};
-  int failed = cmocka_run_group_tests(tests, NULL, NULL);
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  return failed;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(every_kernel_compiles, tj_setup, tj_teardown)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
 }

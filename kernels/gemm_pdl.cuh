@@ -2,7 +2,7 @@
 // Programmatic dependent launch (sm_90). A GEMM built for sm_90 is flagged for it in its
 // launch metadata (gemm_gen.c), so it may start while the kernel before it on the stream
 // still drains. It first lets the kernel after it do the same, then warms L2 with the
-// weights of its first segment, and only then waits for the previous grid to finish and
+// weights of its first k-tiles, and only then waits for the previous grid to finish and
 // flush: everything else it reads may be that grid's output.
 //
 // The prefetch is safe whatever ran before: L2 is the GPU's point of coherence, so a
@@ -19,8 +19,8 @@
 #include "hm_sk_split.cuh"
 
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
-// first whole tile, else its Stream-K range; the whole segment, one bulk prefetch per unit
-// column, so that DRAM streams it while the previous grid's last CTAs finish. T: the kernel's traits (unit layout (E, N/64, K-steps)).
+// first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
+// bulk prefetch per unit column. T: the kernel's traits (unit layout (E, N/64, K-steps)).
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
   if constexpr (C::gemm_type == HM_GT_DENSE && C::bm <= 16) {
@@ -38,7 +38,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
     const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
-    const int k0 = kb * T::steps, k1 = (kb + count) * T::steps;
+    const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
     if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
     const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
     const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;

@@ -167,8 +167,7 @@ static int units_per_warp(const hm_gemm_tuning *t) {
 size_t hm_gemm_w8a8_wgmma_stage_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t a_scales = cfg->layer.act_scale == HM_ACT_SCALE_GROUP128 ? (size_t)t->bm * 4 : 0;
-  const size_t w_scales = cfg->layer.group_n != 0 ? (size_t)t->bn / 64 * 4 : 0;
-  return (size_t)t->bm * t->bk + (size_t)t->bn / 64 * (t->bk / 32) * 2048 + a_scales + w_scales;
+  return (size_t)t->bm * t->bk + (size_t)t->bn / 64 * (t->bk / 32) * 2048 + a_scales;
 }
 
 /* What the wgmma kernel (gemm_w8a8_wgmma.cuh) adds to the common wgmma rules. */

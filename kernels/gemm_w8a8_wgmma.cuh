@@ -32,17 +32,14 @@ struct hm_w8wg_traits : hm_wg_traits<C> {
   static constexpr int k_blocks = (C::k + 127) / 128;
   static constexpr bool k_scaled = C::w_block || C::a_group;
   static constexpr bool fold = k_scaled || !C::a_int8;
-  // A stage: bm token rows of 128 bytes (1024-byte aligned), weight units, with 1x128
-  // activation scales the stage's scale of each token row, and with 128x128 weight blocks
-  // the stage's block scale of each 64-column unit.
+  // A stage: bm token rows of 128 bytes (1024-byte aligned), weight units, and with 1x128
+  // activation scales the stage's scale of each token row.
   static constexpr int a_bytes = C::bm * C::bk;
   static constexpr int b_off = a_bytes;
   static constexpr int b_bytes = G::bn_units * steps * unit_bytes;
   static constexpr int sa_off = b_off + b_bytes;
   static constexpr int sa_bytes = C::a_group ? C::bm * 4 : 0;
-  static constexpr int sw_off = sa_off + sa_bytes;
-  static constexpr int sw_bytes = C::w_block ? G::bn_units * 4 : 0;
-  static constexpr int stage_bytes = (sw_off + sw_bytes + 1023) / 1024 * 1024;
+  static constexpr int stage_bytes = (sa_off + sa_bytes + 1023) / 1024 * 1024;
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   static constexpr int region_bytes = pipe_bytes > G::c_bytes ? pipe_bytes : G::c_bytes;
   static constexpr int smem_bytes = 1024 + region_bytes + hm_maps_bytes<C, C::bm>;
@@ -74,23 +71,6 @@ __device__ __forceinline__ void hm_cp_async4(void *smem, const void *gmem, bool 
                : "memory");
 }
 
-// With 128x128 weight blocks, thread u < bn/64 copies the stage's block scale of the
-// tile's unit column u: staged with the stage, the fold finds it in shared memory instead
-// of waiting out a global load after the stage's wgmmas.
-template <class C>
-__device__ __forceinline__ void hm_w8wg_load_block_scales(const hm_gemm_params &p, const hm_tile &tile, int kt,
-                                                          unsigned char *st, int u) {
-  using T = hm_w8wg_traits<C>;
-  if constexpr (C::w_block) {
-    if (u >= hm_wg_traits<C>::bn_units) return;
-    // A 64-column unit lies in one 128-row block of the weights; blocks past N scale by 0.
-    const int nb = (tile.n_tile * C::bn + u * 64) / 128;
-    const bool ok = nb < C::n / 128;
-    const float *src = (const float *)p.scales + ((long long)tile.e * (C::n / 128) + (ok ? nb : 0)) * T::k_blocks + kt;
-    hm_cp_async4(st + T::sw_off + u * 4, src, ok);
-  }
-}
-
 template <class C>
 __device__ __forceinline__ void hm_w8wg_load_stage(const hm_wg_a_plan<C, 1> &ap, const hm_gemm_params &p,
                                                    const hm_tile &tile, int kt, unsigned char *st,
@@ -98,7 +78,6 @@ __device__ __forceinline__ void hm_w8wg_load_stage(const hm_wg_a_plan<C, 1> &ap,
   using T = hm_w8wg_traits<C>;
   ap.stage(kt, hm_smem_addr(st));
   hm_load_b<C, T>(p, tile, kt, st);
-  hm_w8wg_load_block_scales<C>(p, tile, kt, st, threadIdx.x);
   if constexpr (C::a_group) {
     const int r = threadIdx.x;
     if (r < C::bm) {
@@ -165,16 +144,23 @@ __device__ __forceinline__ int hm_w8wg_col(const hm_wg_place &at, int m, int i) 
   return at.wn * T::wtn + m * 64 + hm_wg_column(at.wq, at.lane, (i >> 1) & 1);
 }
 
-// The stage's weight block scales of the warpgroup's 64-column blocks (1 without block
-// scales), read while the stage's wgmmas run.
+// The weight block scales of K block kb for the warpgroup's 64-column blocks (1 without
+// block scales), loaded while the stage's wgmmas run rather than after them.
 template <class C>
-__device__ __forceinline__ void hm_w8wg_block_scales(const unsigned char *st, const hm_wg_place &at,
+__device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                                     const hm_wg_place &at,
                                                      float (&ws)[hm_wg_traits<C>::mb]) {
   using T = hm_w8wg_traits<C>;
 #pragma unroll
   for (int m = 0; m < T::mb; ++m) {
     ws[m] = 1.0f;
-    if constexpr (C::w_block) ws[m] = ((const float *)(st + T::sw_off))[(at.wn * T::wtn + m * 64) / 64];
+    if constexpr (C::w_block) {
+      // A 64-column block lies in one 128-row block of the weights.
+      const int nb = (tile.n_tile * C::bn + at.wn * T::wtn + m * 64) / 128;
+      ws[m] = nb < C::n / 128
+                  ? ((const float *)p.scales)[((long long)tile.e * (C::n / 128) + nb) * T::k_blocks + kb]
+                  : 0.0f;
+    }
   }
 }
 
@@ -265,7 +251,7 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
     const unsigned char *st = smem + (i % C::stages) * T::stage_bytes;
     hm_w8wg_issue_stage<C>(st, at, part);
     float ws[T::mb];
-    if constexpr (T::fold) hm_w8wg_block_scales<C>(st, at, ws);
+    if constexpr (T::fold) hm_w8wg_block_scales<C>(p, tile, kb + i, at, ws);
     const int next = i + C::stages - 1;
     if (next < count)
       hm_w8wg_load_stage<C>(ap, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);

@@ -57,7 +57,7 @@ __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const 
       const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
       hm_w8wg_issue_stage<C>(st, at, part);
       float ws[T::mb];
-      hm_w8wg_block_scales<C>(st, at, ws);
+      hm_w8wg_block_scales<C>(p, tile, kt, at, ws);
       hm_w8wg_wait_stage<C>(part);
       hm_w8wg_fold<C>(st, at, ws, part, acc);
       hm_ws_release<C>(ring, n, at.lane);
@@ -98,7 +98,6 @@ struct hm_w8ws_traits : hm_w8wg_traits<C> {
     if (pt == 0) hm_w8ws_load_weights<C>(p, tile, kt, st, full);
     hm_ws_load_rows<C, 1>(p, kt, st, a_row, pt);
     if constexpr (C::a_group) hm_w8ws_load_token_scales<C>(p, kt, st, a_row, pt);
-    hm_w8wg_load_block_scales<C>(p, tile, kt, st, pt);
   }
   __device__ static __forceinline__ void mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                   int ke, const hm_ws_ring &ring, unsigned &n,

@@ -23,16 +23,11 @@ def main():
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]
-    # The page may open with other tables (one per kernel or source file): the header is
-    # the line that names the address and the source columns.
-    start = next((i for i, line in enumerate(lines) if '"Address"' in line and '"Source"' in line), None)
-    if start is None:
-        sys.exit(f"{path}: no source table; first lines: {lines[:3]}")
-    rows = [r for r in csv.DictReader(lines[start:]) if r.get("Address", "").strip() not in ("", "Address")]
-    cols = [c for c in rows[0].keys() if c]
-    samples = next((c for c in cols if c.startswith("Warp Stall Sampling (All")), None)
-    if samples is None:
-        sys.exit(f"{path}: no stall sampling column in {cols}")
+    rows = list(csv.DictReader(lines))
+    if not rows:
+        sys.exit(f"{path}: no CSV rows")
+    cols = rows[0].keys()
+    samples = next(c for c in cols if c.startswith("Warp Stall Sampling (All"))
     executed = next((c for c in cols if c.startswith("Instructions Executed")), None)
     reasons = [c for c in cols if re.match(r"stall_|smsp__pcsamp", c)]
     total = sum(number(r[samples]) for r in rows) or 1.0

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The MoE router on the GPU: one warp per token, the token's scores in registers
- * (expert e on lane e % 32), selection by warp-wide arg-max. Same rules as the host
+ * (expert e on lane e % 32), selection by warp-wide reductions (redux.sync). Same rules as the host
  * router (moe/router.c): choice order with ties to the lower index, group values,
  * weights from the scores, renormalize then scale.
  * The parameter struct is plain C so that moe/router.c shares its layout; hm_router_token
@@ -28,26 +28,18 @@ struct hm_moe_router_params {
 #define HM_ROUTER_PER_LANE ((HM_ROUTER_E + 31) / 32)
 #define HM_ROUTER_GROUP_SIZE (HM_ROUTER_E / HM_ROUTER_GROUPS)
 #define HM_ROUTER_NEG_INF __int_as_float(0xff800000)
-#define HM_ROUTER_NO_EXPERT 0x7fffffff
 
-/* Larger value first; on equal values the lower index. */
-__device__ __forceinline__ bool hm_router_better(float v, int i, float best_v, int best_i) {
-  return v > best_v || (v == best_v && i < best_i);
-}
-
-/* Every lane ends with the warp's best (value, index) and the score that goes with it. */
-__device__ __forceinline__ void hm_router_warp_argmax(float &v, int &i, float &s) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, v, off);
-    int oi = __shfl_xor_sync(0xffffffffu, i, off);
-    float os = __shfl_xor_sync(0xffffffffu, s, off);
-    if (hm_router_better(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-      s = os;
-    }
-  }
+/*
+ * A choice as an unsigned key in the float's order, so that a warp finds the largest with
+ * one redux.sync instead of five rounds of shuffles. -0 keys as +0 (they compare equal, and
+ * equal choices go to the lower index); NaN keys as 0, below every number, which also
+ * marks an expert that is not a candidate: neither is ever chosen.
+ */
+__device__ __forceinline__ unsigned hm_router_key(float v) {
+  unsigned b = __float_as_uint(v);
+  if (v != v) return 0u;
+  if (b == 0x80000000u) b = 0u;
+  return (b & 0x80000000u) ? ~b : b | 0x80000000u;
 }
 
 __device__ __forceinline__ float hm_router_warp_max(float v) {
@@ -127,12 +119,17 @@ __device__ __forceinline__ unsigned hm_router_groups(int lane, const float *choi
     }
     value[g] = HM_ROUTER_BIAS ? top1 + top2 : top1;
   }
+  // The best value rides along with its group: value[best] would put value[] in local memory.
   unsigned keep = 0;
   for (int n = 0; n < HM_ROUTER_TOPK_GROUP; n++) {
     int best = -1;
+    float best_value = 0.0f;
 #pragma unroll
     for (int g = 0; g < HM_ROUTER_GROUPS; g++)
-      if (!((keep >> g) & 1u) && (best < 0 || value[g] > value[best])) best = g;
+      if (!((keep >> g) & 1u) && (best < 0 || value[g] > best_value)) {
+        best = g;
+        best_value = value[g];
+      }
     keep |= 1u << best;
   }
   return keep;
@@ -145,33 +142,44 @@ __device__ __forceinline__ unsigned hm_router_groups(int lane, const float *choi
 /*
  * Routes token t with the whole warp; lane 0 writes its TOP_K ids and weights (none when
  * weights_out is NULL). Every lane of the warp must call it with the same t.
+ * Each choice: the largest key of the warp, then the lowest expert holding it, then that
+ * expert's score from its lane (each lane offers the score of its own lowest expert with
+ * the key); the chosen key becomes 0 (not a candidate).
  */
 __device__ __forceinline__ void hm_router_token(const hm_moe_router_params &p, long long t, int lane,
                                                 int *ids_out, float *weights_out) {
   float score[HM_ROUTER_PER_LANE], choice[HM_ROUTER_PER_LANE];
   hm_router_scores(p, t, lane, score, choice);
   const unsigned keep = hm_router_groups(lane, choice);
-  unsigned taken = 0;
+  unsigned key[HM_ROUTER_PER_LANE];
+#pragma unroll
+  for (int j = 0; j < HM_ROUTER_PER_LANE; j++) {
+    const int e = lane + 32 * j;
+    key[j] = e < HM_ROUTER_E && ((keep >> (e / HM_ROUTER_GROUP_SIZE)) & 1u) ? hm_router_key(choice[j]) : 0u;
+  }
   int ids[HM_ROUTER_TOP_K];
   float weights[HM_ROUTER_TOP_K];
 #pragma unroll
   for (int k = 0; k < HM_ROUTER_TOP_K; k++) {
-    float bv = HM_ROUTER_NEG_INF, bs = 0.0f;
-    int bi = HM_ROUTER_NO_EXPERT;
+    unsigned best = 0;
 #pragma unroll
-    for (int j = 0; j < HM_ROUTER_PER_LANE; j++) {
-      int e = lane + 32 * j;
-      bool candidate = e < HM_ROUTER_E && !((taken >> j) & 1u) && ((keep >> (e / HM_ROUTER_GROUP_SIZE)) & 1u);
-      if (candidate && hm_router_better(choice[j], e, bv, bi)) {
-        bv = choice[j];
-        bi = e;
-        bs = score[j];
+    for (int j = 0; j < HM_ROUTER_PER_LANE; j++) best = max(best, key[j]);
+    const unsigned top = __reduce_max_sync(0xffffffffu, best);
+    unsigned mine = 0xffffffffu;
+    float mine_score = 0.0f;
+#pragma unroll
+    for (int j = HM_ROUTER_PER_LANE - 1; j >= 0; j--)
+      if (key[j] == top) {
+        mine = (unsigned)(lane + 32 * j);
+        mine_score = score[j];
       }
-    }
-    hm_router_warp_argmax(bv, bi, bs);
-    if (bi < HM_ROUTER_E && (bi & 31) == lane) taken |= 1u << (bi >> 5);
-    ids[k] = bi < HM_ROUTER_E ? bi : -1;
-    weights[k] = bs;
+    const unsigned e = __reduce_min_sync(0xffffffffu, mine);
+#pragma unroll
+    for (int j = 0; j < HM_ROUTER_PER_LANE; j++)
+      if ((unsigned)(lane + 32 * j) == e) key[j] = 0u;
+    const float s = __shfl_sync(0xffffffffu, mine_score, e & 31);
+    ids[k] = top != 0u ? (int)e : -1;
+    weights[k] = top != 0u ? s : 0.0f;
   }
   if (lane != 0) return;
 #if HM_ROUTER_RENORM

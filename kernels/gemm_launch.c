@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda_driver.h"
 #include "kernels/gemm_config_w8a8.h"
 
 /*
@@ -40,6 +41,35 @@ int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *ar
   if (cfg->tuning.stream_k) work = tiles * hm_gemm_k_iters(cfg) / cfg->tuning.sk_min_iters;
   const int64_t ctas = (int64_t)sm_count * cfg->tuning.ctas_per_sm;
   return (int)(work < 1 ? 1 : (work < ctas ? work : ctas));
+}
+
+/* Bytes of an activation element: 8-bit for the W8A8 kernels, 16-bit for weight-only ones. */
+static int act_bytes(const hm_gemm_config *cfg) { return hm_gemm_is_w8a8(&cfg->layer) ? 1 : 2; }
+
+bool hm_gemm_tma_a(const hm_gemm_config *cfg) {
+  const int eb = act_bytes(cfg);
+  return cfg->tuning.ws && cfg->compute.type != HM_GEMM_INDEXED && cfg->layer.k * eb % 16 == 0 &&
+         cfg->tuning.bk * eb % 128 == 0;
+}
+
+/*
+ * The activations as a tensor of K x rows elements for hm_gemm_tma_a kernels: boxes of one
+ * 128-byte swizzle row by bm rows, as their wgmmas read a token tile; rows and K past the
+ * end read as zeros. Masked launches hold max_m rows an expert.
+ */
+static hm_status encode_tma_a(const hm_gemm_config *cfg, const hm_gemm_args *args, CUtensorMap *map) {
+  if (hm_cu.cuTensorMapEncodeTiled == NULL) HM_FAIL(HM_NO_DEVICE, "GEMM with TMA loads: no CUDA driver loaded");
+  const int eb = act_bytes(cfg);
+  const int64_t rows = args->type == HM_GEMM_GROUPED_MASKED ? args->m * cfg->layer.experts : args->m;
+  const cuuint64_t dims[2] = {(cuuint64_t)cfg->layer.k, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)cfg->layer.k * (cuuint64_t)eb};
+  const cuuint32_t box[2] = {128u / (cuuint32_t)eb, (cuuint32_t)cfg->tuning.bm};
+  const cuuint32_t steps[2] = {1, 1};
+  HM_CU_CHECK(cuTensorMapEncodeTiled(map, eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
+                                     (void *)args->a, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return HM_OK;
 }
 
 static hm_status check_indexed(const hm_gemm_config *cfg, const hm_gemm_args *a) {
@@ -111,6 +141,7 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   p.a_rows_per_token = args->type == HM_GEMM_INDEXED ? args->a_rows_per_token : 1;
   p.block_m = args->type == HM_GEMM_INDEXED ? args->block_m : cfg->tuning.bm;
   p.grid = grid;
+  if (hm_gemm_tma_a(cfg)) HM_CHECK(encode_tma_a(cfg, args, &p.tma_a));
   hm_launch_dims dims;
   memset(&dims, 0, sizeof(dims));
   dims.grid[0] = (unsigned)grid;

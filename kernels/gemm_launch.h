@@ -6,6 +6,8 @@
 #ifndef HM_GEMM_LAUNCH_H
 #define HM_GEMM_LAUNCH_H
 
+#include <cuda.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/gemm_config.h"
@@ -34,7 +36,16 @@ typedef struct hm_gemm_kernel_params {
   int32_t block_m;
   int32_t grid;
   const float *a_scale;
+  CUtensorMap tma_a;
 } hm_gemm_kernel_params;
+
+/*
+ * Whether the kernel of cfg loads its token tiles with TMA (tma_a of the generated config):
+ * the warp-specialized producer, where a tile's token rows are consecutive A rows (not
+ * indexed) and the rows suit a tensor map (16-byte row stride, whole 128-byte swizzle rows
+ * a k-tile). The launch then passes the activations' tensor map in tma_a.
+ */
+bool hm_gemm_tma_a(const hm_gemm_config *cfg);
 
 /* Transformed weights of a layer on the device (kernels/transform.h). */
 typedef struct hm_gemm_operands {

@@ -4,6 +4,11 @@
 // checks the size the host saw (HM_GEMM_PARAMS_BYTES).
 #pragma once
 
+// A CUtensorMap: opaque, 128-byte aligned as cuda.h declares it.
+struct alignas(128) hm_tma_map {
+  unsigned long long opaque[16];
+};
+
 struct hm_gemm_params {
   const void *a;                 // activations, row stride K
   void *c;                       // output, row stride N
@@ -26,4 +31,5 @@ struct hm_gemm_params {
   int block_m;                   // indexed metadata block
   int grid;                      // CTAs of the persistent grid
   const float *a_scale;          // W8A8: activation scales per A row, or per A row and 128 columns
+  hm_tma_map tma_a;              // where C::tma_a: the activations for TMA (gemm_launch.c)
 };

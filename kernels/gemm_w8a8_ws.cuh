@@ -95,8 +95,8 @@ struct hm_w8ws_traits : hm_w8wg_traits<C> {
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                     unsigned char *st, unsigned long long *full,
                                                     const int *a_row, int pt) {
+    hm_ws_load_rows<C, 1>(p, kt, st, a_row, pt, full);
     if (pt == 0) hm_w8ws_load_weights<C>(p, tile, kt, st, full);
-    hm_ws_load_rows<C, 1>(p, kt, st, a_row, pt);
     if constexpr (C::a_group) hm_w8ws_load_token_scales<C>(p, kt, st, a_row, pt);
   }
   __device__ static __forceinline__ void mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb,

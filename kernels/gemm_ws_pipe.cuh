@@ -82,11 +82,24 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_ws_maps(unsigned char *smem, int
   return maps;
 }
 
-// The stage's token rows (bk * EB bytes each, EB bytes an element; zero past K or for rows
-// without a token) into the swizzled tile (hm_wg_a_offset), by the producer threads.
+// The stage's token rows (bk * EB bytes each, EB bytes an element; zero past K) into the
+// swizzled tile (hm_wg_a_offset). With C::tma_a the tile's rows are consecutive A rows from
+// a_row[0] and thread 0 loads them with one TMA box per 128 bytes of k (announced on the
+// full barrier before its arrival); rows past the tile's own hold the next rows of A or
+// zeros, whose output columns are never stored. Otherwise the producer threads copy each
+// 16-byte piece, zero for rows without a token.
 template <class C, int EB>
 __device__ __forceinline__ void hm_ws_load_rows(const hm_gemm_params &p, int kt, unsigned char *st,
-                                                const int *a_row, int pt) {
+                                                const int *a_row, int pt, unsigned long long *full) {
+  if constexpr (C::tma_a) {
+    constexpr int boxes = C::bk * EB / 128;
+    if (pt != 0) return;
+    hm_mbar_expect_tx(full, boxes * C::bm * 128);
+#pragma unroll
+    for (int j = 0; j < boxes; ++j)
+      hm_tma_load_2d(st + j * C::bm * 128, &p.tma_a, kt * C::bk + j * (128 / EB), a_row[0], full);
+    return;
+  }
   constexpr int per_row = C::bk * EB / 16;
   const unsigned char *a = (const unsigned char *)p.a;
 #pragma unroll 4

@@ -76,8 +76,8 @@ struct hm_wgws_traits : hm_wg_traits<C> {
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                     unsigned char *st, unsigned long long *full,
                                                     const int *a_row, int pt) {
+    hm_ws_load_rows<C, 2>(p, kt, st, a_row, pt, full);
     if (pt == 0) hm_wgws_load_weights<C>(p, tile, kt, st, full);
-    hm_ws_load_rows<C, 2>(p, kt, st, a_row, pt);
   }
   __device__ static __forceinline__ void mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                   int ke, const hm_ws_ring &ring, unsigned &n,

@@ -77,6 +77,24 @@ __device__ __forceinline__ void hm_bulk_copy(void *smem, const void *gmem, unsig
       : "memory");
 }
 
+// Bytes the barrier's current phase must also wait for, without an arrival: the caller's
+// own arrival, still to come, keeps the phase open until they are announced.
+__device__ __forceinline__ void hm_mbar_expect_tx(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(hm_smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// A box of a 2-D tensor map (a kernel parameter's address: __grid_constant__) at element
+// coordinates (x, y) into shared memory, completing onto bar like a bulk copy.
+__device__ __forceinline__ void hm_tma_load_2d(void *smem, const void *map, int x, int y,
+                                               unsigned long long *bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(hm_smem_addr(smem)),
+      "l"(map), "r"(x), "r"(y), "r"(hm_smem_addr(bar))
+      : "memory");
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, a multiple of 32.
 __device__ __forceinline__ void hm_named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -130,7 +130,8 @@ static void keep_if_better(scored *kept, int index, double score, double predict
  * The index of the best of cands over (m_lo, m_hi], and its predicted time at the judging
  * point. The fixed table's tuning, which measurements chose, wins when it scores within the
  * model's resolution of the best (HM_CHOOSE_MODEL_RESOLUTION); for the swapped decode tile,
- * under the schedule that scores best (the table's own on exact ties).
+ * under the schedule that scores best (the table's own on exact ties). The table holds its
+ * tiles as they run (hm_gemm_prefer_ws), so a candidate is compared as it would run.
  */
 static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base, const hm_device_profile *p,
                            const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
@@ -144,7 +145,9 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
     double score = 0, at_judge = 0;
     HM_CHECK(hm_choose_score(lc, &cfg, p, m_lo, m_hi, &score, &at_judge));
     keep_if_better(&overall, i, score, at_judge, false);
-    const bool is_table = has_table && hm_choose_tuning_equal(&cands[i], &table.tuning);
+    hm_gemm_config as_run = cfg;
+    HM_CHECK(hm_gemm_prefer_ws(&as_run));
+    const bool is_table = has_table && hm_choose_tuning_equal(&as_run.tuning, &table.tuning);
     if (is_table || (has_table && decode_reschedule(&table.tuning, &cands[i])))
       keep_if_better(&table_tile, i, score, at_judge, is_table);
   }
@@ -174,6 +177,7 @@ hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const h
     *out = base;
     out->tuning = cands[best];
     if (predicted_us) *predicted_us = predicted;
+    ret = hm_gemm_prefer_ws(out);
   }
   free(cands);
   return ret;
@@ -244,6 +248,8 @@ hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_
     out->cfg[out->count].tuning = cands[best];
     out->m_hi[out->count++] = hi;
   }
+  /* After the buckets are merged, which compares the candidates as scored. */
+  for (int i = 0; i < out->count && ret == HM_OK; i++) ret = hm_gemm_prefer_ws(&out->cfg[i]);
 done:
   free(cands);
   return ret;

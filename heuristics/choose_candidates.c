@@ -158,9 +158,9 @@ static hm_status push_tile(const hm_gemm_config *base, const hm_device_profile *
 }
 
 /* Every wgmma tile, warpgroup grid, depth, schedule and occupancy. Not the warp-specialized
- * kernels: they run at 0.87-1.02x the plain kernels' rate on the H200 (docs/PERF.md,
- * 2026-12-03 sixth session), so the cost model has nothing to gain from them; a tuning
- * table or a pinned plan may still name them. */
+ * kernels: the cost model does not tell them apart from the plain ones; the choice turns a
+ * plain tile into its warp-specialized kernel where that was measured faster
+ * (hm_gemm_prefer_ws), and a tuning table or a pinned plan may still name them. */
 static hm_status push_wgmma(const hm_gemm_config *base, const hm_device_profile *p, hm_gemm_tuning **items,
                             int *count, int *cap) {
   for (size_t m = 0; m < HM_ARRAY_SIZE(wgmma_bms); m++)

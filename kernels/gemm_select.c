@@ -15,6 +15,7 @@
 #include "heuristics/roofline.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
+#include "kernels/gemm_launch.h"
 
 /* Upper ends of the rows-per-expert classes; the last class is open. */
 static const int64_t row_classes[] = {16, 32, 64};
@@ -71,9 +72,7 @@ static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls
    * docs/PERF.md 2026-12-03): half the k-iterations, each with its barrier. */
   static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* W8A8 keeps a stage's partial sums beside the accumulators: 64 columns a warpgroup, two
-   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. Not the
-   * warp-specialized kernel: 0.95-1.02x this one's rate on the H200 (docs/PERF.md,
-   * 2026-12-03 sixth session). */
+   * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. */
   static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
   static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
   if (hm_gemm_is_w8a8(&base->layer)) return cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
@@ -133,7 +132,31 @@ static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_confi
   if (hm_gemm_is_w8a8(&base->layer)) hm_gemm_w8a8_fit(base, &out->tuning);
   fit_columns(&out->tuning, base->layer.n);
   HM_CHECK(fit_smem(out));
-  return hm_gemm_config_check(out);
+  HM_CHECK(hm_gemm_config_check(out));
+  return hm_gemm_prefer_ws(out);
+}
+
+/*
+ * Measured on the H200 (docs/PERF.md, 2026-12-04 twelfth session): with TMA token tiles the
+ * warp-specialized kernel runs fp8 block-scaled groups of 4096 rows 1.19-1.22x and W4A16
+ * dense M = 4096 1.12x faster than the plain kernel of the same tile. Without TMA (indexed
+ * launches gather their token rows) it ran 0.75x, and 16-bit weights and tiles under 128
+ * tokens were not measured.
+ */
+hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg) {
+  HM_CHECK_NOT_NULL(cfg);
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const bool quantized = hm_gemm_is_w8a8(&cfg->layer) || hm_gemm_weight_bits(cfg->layer.weight) < 16;
+  if (t->mma != HM_MMA_WGMMA || t->ws || t->bm < 128 || t->warps_m * t->warps_n * t->warps_k != 8 ||
+      t->ctas_per_sm != 1 || !quantized)
+    return HM_OK;
+  hm_gemm_config ws = *cfg;
+  ws.tuning.ws = true;
+  if (!hm_gemm_tma_a(&ws) || fit_smem(&ws) != HM_OK || ws.tuning.bk != t->bk ||
+      hm_gemm_config_check(&ws) != HM_OK)
+    return HM_OK;
+  *cfg = ws;
+  return HM_OK;
 }
 
 hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_config *out) {

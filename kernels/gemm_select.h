@@ -24,6 +24,13 @@ typedef struct hm_gemm_plan {
  * invariant, stages cut to the arch's shared memory. out = base with tuning filled.
  */
 hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_config *out);
+/*
+ * Turns a plain two-warpgroup wgmma tile of 128+ tokens into the warp-specialized kernel of
+ * the same tile where that kernel's producer loads token tiles with TMA (hm_gemm_tma_a):
+ * W8A8 and quantized weight-only layers, stages cut to fit beside its staged output tile.
+ * Leaves cfg as it is elsewhere, or where the warp-specialized config is not legal.
+ */
+hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg);
 /* Every kernel base needs, by M interval. */
 hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out);
 /* Index of the plan entry serving valid_m (valid_m <= 0 picks the first). */

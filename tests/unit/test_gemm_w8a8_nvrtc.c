@@ -81,8 +81,8 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
 /*
  * Plans of every variant, type and arch are legal configs: the swapped 8-row tile up to 8
  * rows per expert (not for batch-invariant layers, which keep one MMA shape), then on
- * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128),
- * not warp-specialized, above 32 rows per expert.
+ * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128)
+ * above 32 rows per expert, warp-specialized for 128-token tiles of non-indexed types.
  */
 static void plans_are_legal(void **state) {
   (void)state;
@@ -101,7 +101,8 @@ static void plans_are_legal(void **state) {
             const bool wgmma = archs[a] == 90 && !inv && m_lo >= 32 * experts;
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
-            assert_false(c->tuning.ws); /* measured at 0.95-1.02x the plain wgmma kernel: no gain */
+            /* Warp-specialized with TMA token tiles (hm_gemm_prefer_ws): 128-token tiles, not indexed. */
+            assert_int_equal(c->tuning.ws, wgmma && c->tuning.bm >= 128 && t != HM_GEMM_INDEXED);
             assert_int_equal(c->tuning.bm == 8, j == 0 && !inv);
             if (c->tuning.bm == 8) assert_true(plan.m_hi[0] == 8 * experts);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)

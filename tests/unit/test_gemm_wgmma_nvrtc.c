@@ -6,7 +6,8 @@
  * per-channel scales and int8 per channel, per-token or 1x128 activation scales, also warp-specialized) and
  * every GEMM type compile with NVRTC, with launch metadata that matches the host's accounting and no wgmma
  * serialization reported by ptxas; configs it cannot run are refused by name; and the
- * default selection uses it on sm_90 for >= 33 rows per expert only where it applies.
+ * default selection uses it on sm_90 for >= 33 rows per expert only where it applies, and
+ * its warp-specialized kernel (TMA token tiles) for 128-token tiles of non-indexed types.
  */
 #include <elf.h>
 #include <stdio.h>
@@ -354,6 +355,13 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       const hm_gemm_config base = base_of(&formats[i], (hm_gemm_type)type, 90, false);
       expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_true(large.tuning.bm >= mid.tuning.bm);
+      /* Warp-specialized with TMA token tiles (hm_gemm_prefer_ws): quantized weights, 128
+       * tokens, not indexed; 4-bit weights always, wider ones where the ring still fits. */
+      const int bits = hm_gemm_weight_bits(formats[i].weight);
+      const bool may = bits < 16 && large.tuning.bm >= 128 && type != HM_GEMM_INDEXED;
+      assert_false(mid.tuning.ws);
+      assert_true(may || !large.tuning.ws);
+      if (may && bits == 4) assert_true(large.tuning.ws);
     }
   /* W8A8 likewise, with bk 128 and 64 columns a warpgroup; sm_89 stays on mma.sync. */
   for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
@@ -364,7 +372,8 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_int_equal(large.tuning.bk, 128);
       assert_int_equal(large.tuning.bm, 128);
-      assert_false(mid.tuning.ws || large.tuning.ws); /* 0.87-0.97x the plain kernel on the H200 */
+      assert_false(mid.tuning.ws);
+      assert_int_equal(large.tuning.ws, type != HM_GEMM_INDEXED);
       base.arch = 89;
       HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));
       assert_int_equal(large.tuning.mma, HM_MMA_SYNC);

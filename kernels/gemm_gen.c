@@ -101,15 +101,16 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));
   const int threads = hm_gemm_config_threads(cfg);
   char *text = NULL;
-  int len = asprintf(
-      &text, gen_template, hm_param_trace() ? "#define HM_TRACE 1\n" : "", body->header,
-      w8a8 ? 8 : hm_gemm_weight_bits(l->weight), tf(l->act == HM_BF16), tf(l->out == HM_BF16),
-      w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias), tf(l->global_scale),
-      (long long)l->n, (long long)l->k, (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k),
-      t->sk_min_iters, t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, tf(t->ws), tf(hm_gemm_tma_a(cfg)), extra,
-      sizeof(hm_gemm_kernel_params), body->traits, hm_gemm_config_smem_bytes(cfg), out->name,
-      HM_KERNEL_META_MAGIC, threads, hm_gemm_config_smem_bytes(cfg),
-      cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads, t->ctas_per_sm, out->name, body->traits, body->run);
+  int len = asprintf(&text, gen_template, hm_param_trace() ? "#define HM_TRACE 1\n" : "", body->header,
+                     w8a8 ? 8 : hm_gemm_weight_bits(l->weight), tf(l->act == HM_BF16), tf(l->out == HM_BF16),
+                     w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias),
+                     tf(l->global_scale), (long long)l->n, (long long)l->k, (long long)l->experts,
+                     (int)cfg->compute.type, tf(t->stream_k), t->sk_min_iters, t->bm, t->bn, t->bk,
+                     t->warps_m, t->warps_n, t->warps_k, t->stages, tf(t->ws), tf(hm_gemm_tma_a(cfg)), extra,
+                     sizeof(hm_gemm_kernel_params), body->traits, hm_gemm_config_smem_bytes(cfg), out->name,
+                     HM_KERNEL_META_MAGIC, threads, hm_gemm_config_smem_bytes(cfg),
+                     cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads, t->ctas_per_sm, out->name,
+                     body->traits, body->run);
   if (len < 0) HM_FAIL(HM_OUT_OF_MEMORY, "generating the source of %s", out->name);
   out->text = text;
   out->src.name = out->name;

@@ -44,7 +44,9 @@ int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *ar
 }
 
 /* Bytes of an activation element: 8-bit for the W8A8 kernels, 16-bit for weight-only ones. */
-static int act_bytes(const hm_gemm_config *cfg) { return hm_gemm_is_w8a8(&cfg->layer) ? 1 : 2; }
+static int act_bytes(const hm_gemm_config *cfg) {
+  return hm_gemm_is_w8a8(&cfg->layer) ? 1 : 2;
+}
 
 bool hm_gemm_tma_a(const hm_gemm_config *cfg) {
   const int eb = act_bytes(cfg);
@@ -58,17 +60,18 @@ bool hm_gemm_tma_a(const hm_gemm_config *cfg) {
  * end read as zeros. Masked launches hold max_m rows an expert.
  */
 static hm_status encode_tma_a(const hm_gemm_config *cfg, const hm_gemm_args *args, CUtensorMap *map) {
-  if (hm_cu.cuTensorMapEncodeTiled == NULL) HM_FAIL(HM_NO_DEVICE, "GEMM with TMA loads: no CUDA driver loaded");
+  if (hm_cu.cuTensorMapEncodeTiled == NULL)
+    HM_FAIL(HM_NO_DEVICE, "GEMM with TMA loads: no CUDA driver loaded");
   const int eb = act_bytes(cfg);
   const int64_t rows = args->type == HM_GEMM_GROUPED_MASKED ? args->m * cfg->layer.experts : args->m;
   const cuuint64_t dims[2] = {(cuuint64_t)cfg->layer.k, (cuuint64_t)rows};
   const cuuint64_t strides[1] = {(cuuint64_t)cfg->layer.k * (cuuint64_t)eb};
   const cuuint32_t box[2] = {128u / (cuuint32_t)eb, (cuuint32_t)cfg->tuning.bm};
   const cuuint32_t steps[2] = {1, 1};
-  HM_CU_CHECK(cuTensorMapEncodeTiled(map, eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
-                                     (void *)args->a, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  HM_CU_CHECK(cuTensorMapEncodeTiled(
+      map, eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)args->a, dims,
+      strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return HM_OK;
 }
 

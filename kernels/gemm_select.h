@@ -21,7 +21,8 @@ typedef struct hm_gemm_plan {
 /*
  * Tuning for base (layer, compute and arch set) at valid M (rows; m*top_k for indexed,
  * max_m*E for masked): tiles from the rows an expert sees, Stream-K unless batch
- * invariant, stages cut to the arch's shared memory. out = base with tuning filled.
+ * invariant, stages cut to the arch's shared memory, the warp-specialized kernel where
+ * hm_gemm_prefer_ws takes it. out = base with tuning filled.
  */
 hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_config *out);
 /*

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The warp-specialized W8A8 wgmma GEMM (sm_90a): the math of gemm_w8a8_wgmma.cuh (stage
 // wgmmas, fold, scales) on the pipeline of gemm_ws_pipe.cuh. A stage holds the token rows
-// and their 1x128 scales (cp.async) and the weight units (one bulk copy per unit column).
+// (TMA or cp.async, hm_ws_load_rows), their 1x128 scales (cp.async) and the weight units
+// (one bulk copy per unit column).
 // The consumer warpgroups drift apart: one folds while the other's wgmmas keep the tensor
 // cores busy.
 #pragma once

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // The warp-specialized pipeline of the wgmma kernels (sm_90a), whatever a stage holds. A
 // third warpgroup produces: its four warps fill the row maps of each segment and copy each
-// stage (bulk copies for what is contiguous in global memory, cp.async for gathered token
-// rows); the two consumer warpgroups only wait for full stages, compute, and hand stages
-// back. Nothing but the barriers ties the roles, so the producer runs ahead across
-// segments while the consumers compute and store.
+// stage (bulk copies for what is contiguous in global memory, TMA for token tiles of
+// consecutive rows, cp.async for gathered ones); the two consumer warpgroups only wait for
+// full stages, compute, and hand stages back. Nothing but the barriers ties the roles, so
+// the producer runs ahead across segments while the consumers compute and store.
 //
-// All four producer warps copy token rows because one warp cannot issue them fast enough:
-// at bm 128 x bk 128 bf16 a stage is 2048 16-byte copies, ~20 instructions each with its
-// address, so ~1300 dependent instructions on one warp against the ~2800 cycles in which
-// the consumers' wgmmas finish the stage at cuBLAS's rate (fp8: half of that).
+// All four producer warps copy gathered token rows because one warp cannot issue them fast
+// enough: at bm 128 x bk 128 bf16 a stage is 2048 16-byte copies, ~20 instructions each
+// with its address, so ~1300 dependent instructions on one warp against the ~2800 cycles in
+// which the consumers' wgmmas finish the stage at cuBLAS's rate (fp8: half of that). Even
+// four warps left the fp8 consumers waiting for full stages in a quarter of Nsight's
+// samples; a TMA box a stage does not (docs/PERF.md, 2026-12-04 twelfth session).
 //
 // Per stage slot a "full" barrier (thread 0's expect_tx arrival, the bulk bytes, one
 // cp.async arrival per producer thread) and an "empty" one (an arrival per consumer warp

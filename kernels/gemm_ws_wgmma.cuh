@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The warp-specialized weight-only wgmma GEMM (sm_90a): the dequant and wgmmas of
 // gemm_wgmma_mainloop.cuh on the pipeline of gemm_ws_pipe.cuh. A stage holds the token
-// rows (cp.async into the 128-byte swizzle) and the weight units, scales and zero points
+// rows (TMA or cp.async into the 128-byte swizzle) and the weight units, scales and zero points
 // of the tile's unit columns. transform_weights.cuh orders units (E, N/64, K/16) and
 // scales and zero points (E, G, N/64, 64), so a stage's units of one unit column, and its
 // scales (or zero points) of one group, are each one contiguous run: one bulk copy each.

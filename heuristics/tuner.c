@@ -65,7 +65,15 @@ static hm_status gather(const hm_tune_request *req, const hm_device_profile *p, 
   const int want = req->candidates > 0 ? req->candidates : DEFAULT_CANDIDATES;
   HM_CHECK(hm_choose_ranked(req->layer, req->type, p, b->m, ranked, want < MAX_PER_BUCKET ? want : MAX_PER_BUCKET,
                             &n));
-  for (int i = 0; i < n; i++) HM_CHECK(add_candidate(w, &base, &ranked[i]));
+  /* Each ranked tile, and the warp-specialized kernel the choice would run it as
+   * (hm_gemm_prefer_ws): the timing decides between the two. */
+  for (int i = 0; i < n; i++) {
+    hm_gemm_config as_run = base;
+    as_run.tuning = ranked[i];
+    HM_CHECK(hm_gemm_prefer_ws(&as_run));
+    HM_CHECK(add_candidate(w, &base, &ranked[i]));
+    HM_CHECK(add_candidate(w, &base, &as_run.tuning));
+  }
   return HM_OK;
 }
 

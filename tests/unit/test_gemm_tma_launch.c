@@ -88,12 +88,13 @@ static hm_gemm_config large_m_config(const char *scheme, hm_gemm_type type) {
   return cfg;
 }
 
-/* A kernel with cfg's launch metadata (threads, shared memory) and no body. */
-static hm_kernel *stub_kernel(const hm_gemm_config *cfg) {
+/* A kernel with cfg's launch metadata (threads, shared memory) and an empty body: the fake
+ * driver runs nothing, and hm_kernel_launch checks a launch against the metadata. */
+static hm_kernel *metadata_kernel(const hm_gemm_config *cfg) {
   static char name[64], text[512];
   const int threads = hm_gemm_config_threads(cfg);
   const size_t smem = hm_gemm_config_smem_bytes(cfg);
-  snprintf(name, sizeof(name), "hm_gemm_stub_%d_%zu", threads, smem);
+  snprintf(name, sizeof(name), "hm_gemm_meta_only_%d_%zu", threads, smem);
   snprintf(text, sizeof(text),
            "extern \"C\" __constant__ unsigned %s_meta[8] = {0x%xu, %d, %zu, 0, 0, 0, 0, 0};\n"
            "extern \"C\" __global__ void %s(const void *p) {}\n",
@@ -123,7 +124,7 @@ static hm_status launch(const hm_gemm_config *cfg, int64_t m) {
     args.top_k = args.a_rows_per_token = 1;
   }
   const hm_gemm_operands ops = {.weight = weights, .scales = weights};
-  return hm_gemm_launch(stub_kernel(cfg), cfg, 132, &ops, &args, workspace, NULL);
+  return hm_gemm_launch(metadata_kernel(cfg), cfg, engine.sm_count, &ops, &args, workspace, NULL);
 }
 
 static void large_m_launches_encode_the_token_tensor(void **state) {

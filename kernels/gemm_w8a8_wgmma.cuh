@@ -88,15 +88,15 @@ __device__ __forceinline__ void hm_w8wg_load_stage(const hm_wg_a_plan<C, 1> &ap,
   }
 }
 
-// Issues the stage's wgmmas into part (committed, not waited for): A fragments of all k32
-// steps first, then one m64nNk32 per step and 64-column block; the first step overwrites
-// part where it is folded per stage.
+// A thread's A fragments of a stage: every k32 step's, for each 64-column block.
 template <class C>
-__device__ __forceinline__ void hm_w8wg_issue_stage(const unsigned char *st, const hm_wg_place &at,
-                                                    hm_w8wg_part_t<C> &part) {
+using hm_w8wg_frags_t = hm_u32[hm_w8wg_traits<C>::steps][hm_wg_traits<C>::mb][4];
+
+template <class C>
+__device__ __forceinline__ void hm_w8wg_load_frags(const unsigned char *st, const hm_wg_place &at,
+                                                   hm_w8wg_frags_t<C> &a) {
   using T = hm_w8wg_traits<C>;
   using L = hm_wlayout<16>;
-  hm_u32 a[T::steps][T::mb][4];
 #pragma unroll
   for (int s = 0; s < T::steps; ++s)
 #pragma unroll
@@ -105,6 +105,15 @@ __device__ __forceinline__ void hm_w8wg_issue_stage(const unsigned char *st, con
       const uint4 v = *(const uint4 *)(unit + L::offset(at.src.ulane, 4 * at.src.q) * 4);
       a[s][m][0] = v.x, a[s][m][1] = v.z, a[s][m][2] = v.y, a[s][m][3] = v.w;
     }
+}
+
+// Issues the stage's wgmmas into part from fragments a (committed, not waited for): one
+// m64nNk32 per step and 64-column block; the first step overwrites part where it is
+// folded per stage.
+template <class C>
+__device__ __forceinline__ void hm_w8wg_issue_frags(const unsigned char *st, const hm_wg_place &at,
+                                                    const hm_w8wg_frags_t<C> &a, hm_w8wg_part_t<C> &part) {
+  using T = hm_w8wg_traits<C>;
   const unsigned long long desc0 = hm_wgmma_desc_k128(hm_smem_addr(st) + at.wm * T::wtm * 128);
   hm_wgmma_fence();
 #pragma unroll
@@ -119,6 +128,14 @@ __device__ __forceinline__ void hm_w8wg_issue_stage(const unsigned char *st, con
     }
   }
   hm_wgmma_commit();
+}
+
+template <class C>
+__device__ __forceinline__ void hm_w8wg_issue_stage(const unsigned char *st, const hm_wg_place &at,
+                                                    hm_w8wg_part_t<C> &part) {
+  hm_w8wg_frags_t<C> a;
+  hm_w8wg_load_frags<C>(st, at, a);
+  hm_w8wg_issue_frags<C>(st, at, a, part);
 }
 
 // Waits for the warpgroup's wgmmas and pins part after the wait.
@@ -164,25 +181,39 @@ __device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, co
   }
 }
 
-// acc += part * (the K-varying scales of the stage: ws, and the tokens' 1x128 ones in st).
+// A thread's K-varying scale of each accumulator pair for one stage, s[m][2 * (i / 4) + i % 2]:
+// the weight block scale of 64-column block m (ws) times the token's 1x128 scale (in st).
+// Loaded and multiplied while the stage's wgmmas run, so that only the fold's FFMAs wait
+// for them.
 template <class C>
-__device__ __forceinline__ void hm_w8wg_fold(const unsigned char *st, const hm_wg_place &at,
-                                             const float (&ws)[hm_wg_traits<C>::mb],
-                                             const hm_w8wg_part_t<C> &part, hm_wg_acc_t<C> &acc) {
+using hm_w8wg_scales_t = float[hm_wg_traits<C>::mb][hm_wg_traits<C>::wtm / 4];
+
+template <class C>
+__device__ __forceinline__ void hm_w8wg_stage_scales(const unsigned char *st, const hm_wg_place &at,
+                                                     const float (&ws)[hm_wg_traits<C>::mb],
+                                                     hm_w8wg_scales_t<C> &s) {
   using T = hm_w8wg_traits<C>;
 #pragma unroll
-  for (int m = 0; m < T::mb; ++m) {
+  for (int i = 0; i < T::wtm / 2; i += 4) {
+    float2 sa = make_float2(1.0f, 1.0f);
+    if constexpr (C::a_group) sa = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, i) * 4);
 #pragma unroll
-    for (int i = 0; i < T::wtm / 2; i += 4) {
-      float2 sa = make_float2(1.0f, 1.0f);
-      if constexpr (C::a_group) sa = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, i) * 4);
-      const float s0 = sa.x * ws[m], s1 = sa.y * ws[m];
-      acc[m][i] += (float)part[m][i] * s0;
-      acc[m][i + 1] += (float)part[m][i + 1] * s1;
-      acc[m][i + 2] += (float)part[m][i + 2] * s0;
-      acc[m][i + 3] += (float)part[m][i + 3] * s1;
+    for (int m = 0; m < T::mb; ++m) {
+      s[m][i / 2] = sa.x * ws[m];
+      s[m][i / 2 + 1] = sa.y * ws[m];
     }
   }
+}
+
+// acc += part * s (hm_w8wg_stage_scales).
+template <class C>
+__device__ __forceinline__ void hm_w8wg_fold(const hm_w8wg_scales_t<C> &s, const hm_w8wg_part_t<C> &part,
+                                             hm_wg_acc_t<C> &acc) {
+  using T = hm_w8wg_traits<C>;
+#pragma unroll
+  for (int m = 0; m < T::mb; ++m)
+#pragma unroll
+    for (int i = 0; i < T::wtm / 2; ++i) acc[m][i] += (float)part[m][i] * s[m][2 * (i >> 2) + (i & 1)];
 }
 
 // acc *= the scales constant along K: per token (A row) and per channel (weight column).
@@ -257,7 +288,11 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
       hm_w8wg_load_stage<C>(ap, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
     hm_w8wg_wait_stage<C>(part);
-    if constexpr (T::fold) hm_w8wg_fold<C>(st, at, ws, part, acc);
+    if constexpr (T::fold) {  // the scales after the wait: this kernel has no registers for them before
+      hm_w8wg_scales_t<C> sc;
+      hm_w8wg_stage_scales<C>(st, at, ws, sc);
+      hm_w8wg_fold<C>(sc, part, acc);
+    }
   }
   if constexpr (!T::fold) {
 #pragma unroll

@@ -54,14 +54,28 @@ __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const 
   hm_w8wg_part_t<C> part;
   if constexpr (T::fold) {
     hm_wg_acc_zero<C>(acc);
+    float ws[T::mb];
+    hm_w8wg_block_scales<C>(p, tile, kb, at, ws);
+    hm_w8wg_frags_t<C> a;
+    const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
+    hm_w8wg_load_frags<C>(st, at, a);
     for (int kt = kb; kt < ke; ++kt, ++n) {
-      const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
-      hm_w8wg_issue_stage<C>(st, at, part);
-      float ws[T::mb];
-      hm_w8wg_block_scales<C>(p, tile, kt, at, ws);
+      hm_w8wg_issue_frags<C>(st, at, a, part);
+      hm_w8wg_scales_t<C> sc;
+      hm_w8wg_stage_scales<C>(st, at, ws, sc);
+      // The next stage's block scales; the last stage loads its own again (no branch
+      // while its wgmmas run).
+      hm_w8wg_block_scales<C>(p, tile, kt + 1 < ke ? kt + 1 : kt, at, ws);
       hm_w8wg_wait_stage<C>(part);
-      hm_w8wg_fold<C>(st, at, ws, part, acc);
+      // The next stage's fragments load under the fold, once these wgmmas no longer read a.
+      const unsigned char *next = st;
+      if (kt + 1 < ke) {
+        next = hm_ws_acquire<C, T::stage_bytes>(ring, n + 1);
+        hm_w8wg_load_frags<C>(next, at, a);
+      }
+      hm_w8wg_fold<C>(sc, part, acc);
       hm_ws_release<C>(ring, n, at.lane);
+      st = next;
     }
   } else {
 #pragma unroll

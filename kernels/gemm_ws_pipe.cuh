@@ -146,12 +146,13 @@ __device__ void hm_ws_produce(const hm_gemm_params &p, int tiles, unsigned char 
     hm_mbar_wait(&ring.empty[n % C::stages], ((n / C::stages) & 1) ^ 1);
 }
 
-// Waits for stage n and returns its slot's bytes. The tokens came through cp.async, a
-// generic-proxy write; wgmma reads them through the async proxy.
+// Waits for stage n and returns its slot's bytes. Tokens copied by cp.async are generic-proxy
+// writes, which wgmma reads through the async proxy only after a proxy fence; TMA and bulk
+// copies write through the async proxy and need none.
 template <class C, int STAGE_BYTES>
 __device__ __forceinline__ const unsigned char *hm_ws_acquire(const hm_ws_ring &ring, unsigned n) {
   hm_mbar_wait(&ring.full[n % C::stages], (n / C::stages) & 1);
-  hm_fence_proxy_async();
+  if constexpr (!C::tma_a) hm_fence_proxy_async();
   return ring.stages + (n % C::stages) * STAGE_BYTES;
 }
 

@@ -19,11 +19,21 @@ def number(text):
         return 0.0
 
 
+def records(table):
+    """The SASS rows as dicts. The page may open with other quoted lines and, with
+    --import-source, repeat its header per source file; the header is the first row naming
+    both Address and Source, and only rows of its width are instructions."""
+    header = next((r for r in table if "Address" in r and "Source" in r), None)
+    if header is None:
+        return []
+    return [dict(zip(header, r)) for r in table if len(r) == len(header) and r != header]
+
+
 def main():
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
     with open(path, newline="") as f:
-        lines = [line for line in f if line.startswith('"')]
-    rows = list(csv.DictReader(lines))
+        table = list(csv.reader(line for line in f if line.startswith('"')))
+    rows = records(table)
     if not rows:
         sys.exit(f"{path}: no CSV rows")
     cols = rows[0].keys()

@@ -216,6 +216,34 @@ __device__ __forceinline__ void hm_w8wg_fold(const hm_w8wg_scales_t<C> &s, const
     for (int i = 0; i < T::wtm / 2; ++i) acc[m][i] += (float)part[m][i] * s[m][2 * (i >> 2) + (i & 1)];
 }
 
+// hm_w8wg_fold, then s = the scale products of stage st (hm_w8wg_stage_scales), pair by
+// pair: each product takes the registers of the one it replaces, and its load waits under
+// the other pairs' FFMAs.
+template <class C>
+__device__ __forceinline__ void hm_w8wg_fold_rescale(const hm_w8wg_part_t<C> &part, const unsigned char *st,
+                                                     const hm_wg_place &at,
+                                                     const float (&ws)[hm_wg_traits<C>::mb],
+                                                     hm_w8wg_scales_t<C> &s, hm_wg_acc_t<C> &acc) {
+  using T = hm_w8wg_traits<C>;
+  float2 sa[T::wtm / 8];
+#pragma unroll
+  for (int j = 0; j < T::wtm / 8; ++j) {
+    sa[j] = make_float2(1.0f, 1.0f);
+    if constexpr (C::a_group) sa[j] = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, 4 * j) * 4);
+  }
+#pragma unroll
+  for (int m = 0; m < T::mb; ++m)
+#pragma unroll
+    for (int j = 0; j < T::wtm / 8; ++j) {
+      acc[m][4 * j] += (float)part[m][4 * j] * s[m][2 * j];
+      acc[m][4 * j + 1] += (float)part[m][4 * j + 1] * s[m][2 * j + 1];
+      acc[m][4 * j + 2] += (float)part[m][4 * j + 2] * s[m][2 * j];
+      acc[m][4 * j + 3] += (float)part[m][4 * j + 3] * s[m][2 * j + 1];
+      s[m][2 * j] = sa[j].x * ws[m];
+      s[m][2 * j + 1] = sa[j].y * ws[m];
+    }
+}
+
 // acc *= the scales constant along K: per token (A row) and per channel (weight column).
 // A thread's accumulators span wtm/4 tokens and 2*mb columns; each scale is loaded once.
 template <class C>

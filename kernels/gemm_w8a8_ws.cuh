@@ -44,7 +44,7 @@ __device__ __forceinline__ void hm_w8ws_load_token_scales(const hm_gemm_params &
 
 // Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ..., scales
 // applied. Folding configs wait out each stage's wgmmas and fold; the other warpgroup's
-// wgmmas cover the fold. int8 without K-varying scales sums in place and keeps one
+// wgmmas cover the fold, and the fold covers the shared-memory loads of the next stage. int8 without K-varying scales sums in place and keeps one
 // stage's wgmmas in flight while the next is issued.
 template <class C>
 __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
@@ -55,25 +55,22 @@ __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const 
   if constexpr (T::fold) {
     hm_wg_acc_zero<C>(acc);
     float ws[T::mb];
-    hm_w8wg_block_scales<C>(p, tile, kb, at, ws);
     hm_w8wg_frags_t<C> a;
+    hm_w8wg_scales_t<C> sc;
+    hm_w8wg_block_scales<C>(p, tile, kb, at, ws);
     const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
     hm_w8wg_load_frags<C>(st, at, a);
+    hm_w8wg_stage_scales<C>(st, at, ws, sc);
+    hm_w8wg_block_scales<C>(p, tile, kb + 1 < ke ? kb + 1 : kb, at, ws);
     for (int kt = kb; kt < ke; ++kt, ++n) {
       hm_w8wg_issue_frags<C>(st, at, a, part);
-      hm_w8wg_scales_t<C> sc;
-      hm_w8wg_stage_scales<C>(st, at, ws, sc);
-      // The next stage's block scales; the last stage loads its own again (no branch
-      // while its wgmmas run).
-      hm_w8wg_block_scales<C>(p, tile, kt + 1 < ke ? kt + 1 : kt, at, ws);
       hm_w8wg_wait_stage<C>(part);
-      // The next stage's fragments load under the fold, once these wgmmas no longer read a.
-      const unsigned char *next = st;
-      if (kt + 1 < ke) {
-        next = hm_ws_acquire<C, T::stage_bytes>(ring, n + 1);
-        hm_w8wg_load_frags<C>(next, at, a);
-      }
-      hm_w8wg_fold<C>(sc, part, acc);
+      // The next stage's fragments and scale products load under this stage's fold (the
+      // last stage reloads its own): nothing but the wgmmas between fence and commit.
+      const unsigned char *next = kt + 1 < ke ? hm_ws_acquire<C, T::stage_bytes>(ring, n + 1) : st;
+      hm_w8wg_load_frags<C>(next, at, a);
+      hm_w8wg_fold_rescale<C>(part, next, at, ws, sc, acc);
+      hm_w8wg_block_scales<C>(p, tile, kt + 2 < ke ? kt + 2 : ke - 1, at, ws);
       hm_ws_release<C>(ring, n, at.lane);
       st = next;
     }

@@ -292,7 +292,9 @@ static hm_status prepare(hm_moe_layer *l, int64_t tokens, hm_stream *stream, hm_
   hm_moe_layout layout;
   HM_CHECK(hm_moe_choose_layout(l, tokens, &layout));
   if (layout != l->last_layout)
-    HM_INFO(MOE, "MoE layout %s from T = %lld (config %s; auto: masked up to HUMMING_MOE_MASKED_MAX_TOKENS)",
+    HM_INFO(MOE,
+            "MoE layout %s from T = %lld (config %s; auto: masked up to HUMMING_MOE_MASKED_MAX_TOKENS, "
+            "contiguous from HUMMING_MOE_CONTIGUOUS_MIN_TOKENS, indexed between)",
             hm_moe_layout_name(layout), (long long)tokens, hm_moe_layout_name(l->cfg.layout));
   l->last_layout = layout;
   HM_CHECK(hm_moe_plan_make(l, layout, tokens, plan));
@@ -326,11 +328,14 @@ hm_status hm_moe_layer_forward(hm_moe_layer *l, const hm_moe_forward_args *args,
 hm_status hm_moe_layer_reserve(hm_moe_layer *l, int64_t max_tokens, hm_stream *stream) {
   HM_CHECK_NOT_NULL(l);
   if (max_tokens < 1) HM_FAIL(HM_INVALID_ARGUMENT, "MoE reserve of %lld tokens", (long long)max_tokens);
-  /* Within a layout the sizes grow with T; auto uses masked up to the threshold only. */
-  int64_t threshold = hm_param_moe_masked_max_tokens();
-  int64_t probes[2] = {max_tokens, threshold < max_tokens ? threshold : max_tokens};
+  /* Within a layout the sizes grow with T, so the largest T of each of auto's ranges up to
+   * max_tokens bounds them all. */
+  int64_t masked_max = hm_param_moe_masked_max_tokens(),
+          indexed_max = hm_param_moe_contiguous_min_tokens() - 1;
+  int64_t probes[3] = {max_tokens, masked_max < max_tokens ? masked_max : max_tokens,
+                       indexed_max < max_tokens ? indexed_max : max_tokens};
   size_t bytes = 0;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     if (probes[i] < 1) continue;
     hm_moe_layout layout;
     hm_moe_plan plan;

@@ -27,12 +27,20 @@ static hm_status parse_layout_param(hm_moe_layout *out) {
   HM_FAIL(HM_INVALID_ARGUMENT, "HUMMING_MOE_LAYOUT=%s: expected auto, indexed, contiguous or masked", v);
 }
 
+/*
+ * Auto: masked for decode (graph-capturable, no alignment pass); contiguous for prefill,
+ * whose permuted rows the GEMMs load with TMA on warp-specialized kernels; indexed between,
+ * where padding every expert's rows to the GEMMs' block would cost more than the gather.
+ */
+static hm_moe_layout auto_layout(int64_t tokens) {
+  if (tokens <= hm_param_moe_masked_max_tokens()) return HM_MOE_LAYOUT_MASKED;
+  return tokens >= hm_param_moe_contiguous_min_tokens() ? HM_MOE_LAYOUT_CONTIGUOUS : HM_MOE_LAYOUT_INDEXED;
+}
+
 hm_status hm_moe_choose_layout(const hm_moe_layer *l, int64_t tokens, hm_moe_layout *out) {
   hm_moe_layout layout = l->cfg.layout;
   if (layout == HM_MOE_LAYOUT_AUTO) HM_CHECK(parse_layout_param(&layout));
-  if (layout == HM_MOE_LAYOUT_AUTO)
-    layout = tokens <= hm_param_moe_masked_max_tokens() ? HM_MOE_LAYOUT_MASKED : HM_MOE_LAYOUT_INDEXED;
-  *out = layout;
+  *out = layout == HM_MOE_LAYOUT_AUTO ? auto_layout(tokens) : layout;
   return HM_OK;
 }
 

@@ -235,11 +235,16 @@ static void router_on_the_gpu(void **state) {
                *l = make_layer(gpu, &w, HM_MOE_LAYOUT_AUTO);
   hm_stream *s = NULL;
   HM_ASSERT_OK(hm_stream_create(gpu, &s));
-  const int64_t tokens[] = {3, 64, 1000};
-  for (size_t t = 0; t < 3; t++) {
+  const int64_t tokens[] = {3, 64, 1000, 1024};
+  const hm_moe_layout want[] = {HM_MOE_LAYOUT_MASKED, HM_MOE_LAYOUT_MASKED, HM_MOE_LAYOUT_INDEXED,
+                                HM_MOE_LAYOUT_CONTIGUOUS};
+  for (size_t t = 0; t < 4; t++) {
     inputs in;
     inputs_init(&in, tokens[t], false, &rng);
     expect_near_host(ref, l, &in, s, "router on GPU");
+    hm_moe_stats st;
+    HM_ASSERT_OK(hm_moe_layer_stats(l, &st));
+    assert_int_equal(st.layout, want[t]);
     inputs_free(&in);
   }
   hm_moe_layer_destroy(l);

@@ -16,6 +16,15 @@ hm_status hm_error_set(hm_status status, const char *file, int line, const char 
 /* Clears the calling thread's last error. */
 void hm_error_clear(void);
 
+/*
+ * Brackets checks a caller runs only to learn whether something is legal (the heuristic
+ * trying thousands of candidate tunings). A failure inside is an answer: it still returns
+ * its status and sets hm_last_error() for the code between, but is not logged, and the
+ * thread's last error is what it was before on hm_error_quiet_end. They nest.
+ */
+void hm_error_quiet_begin(void);
+void hm_error_quiet_end(void);
+
 #define HM_FAIL(status, ...) return hm_error_set((status), __FILE__, __LINE__, __VA_ARGS__)
 
 #define HM_FAIL_GOTO(status, label, ...)                                                \

@@ -118,7 +118,10 @@ bool hm_choose_tuning_legal(const hm_gemm_config *base, const hm_gemm_tuning *tu
   hm_gemm_config cfg = *base;
   cfg.tuning = *tuning;
   if (!shape_ok(base, tuning) || !device_ok(&cfg, p)) return false;
-  return hm_gemm_config_check(&cfg) == HM_OK;
+  hm_error_quiet_begin();
+  const bool legal = hm_gemm_config_check(&cfg) == HM_OK;
+  hm_error_quiet_end();
+  return legal;
 }
 
 /* Appends t if legal, growing the array by doubling. */

@@ -152,10 +152,11 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg) {
     return HM_OK;
   hm_gemm_config ws = *cfg;
   ws.tuning.ws = true;
-  if (!hm_gemm_tma_a(&ws) || fit_smem(&ws) != HM_OK || ws.tuning.bk != t->bk ||
-      hm_gemm_config_check(&ws) != HM_OK)
-    return HM_OK;
-  *cfg = ws;
+  hm_error_quiet_begin();
+  const bool fits = hm_gemm_tma_a(&ws) && fit_smem(&ws) == HM_OK && ws.tuning.bk == t->bk &&
+                    hm_gemm_config_check(&ws) == HM_OK;
+  hm_error_quiet_end();
+  if (fits) *cfg = ws;
   return HM_OK;
 }
 

@@ -35,6 +35,23 @@ static void last_error_names_cause_and_place(void **state) {
   assert_non_null(strstr(hm_last_error(), "invalid argument"));
 }
 
+/* A probe's failures answer the prober and leave the thread's last error as it was. */
+static void quiet_probes_keep_the_last_error(void **state) {
+  (void)state;
+  hm_error_clear();
+  assert_int_equal(passes_failure_up(), HM_INVALID_ARGUMENT);
+  hm_error_quiet_begin();
+  hm_error_quiet_begin();
+  assert_int_equal(fails_with_context(7), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "value 7 is out of range"));
+  hm_error_quiet_end();
+  assert_non_null(strstr(hm_last_error(), "value 7 is out of range"));
+  hm_error_quiet_end();
+  assert_non_null(strstr(hm_last_error(), "value 42 is out of range"));
+  hm_error_quiet_end(); /* unbalanced: ignored */
+  assert_non_null(strstr(hm_last_error(), "value 42 is out of range"));
+}
+
 static void dtype_table_round_trips(void **state) {
   (void)state;
   for (int i = 0; i < HM_DTYPE_COUNT; i++) {
@@ -70,6 +87,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(status_strings_are_distinct),
       cmocka_unit_test(last_error_names_cause_and_place),
+      cmocka_unit_test(quiet_probes_keep_the_last_error),
       cmocka_unit_test(dtype_table_round_trips),
       cmocka_unit_test(dtype_row_bytes_round_sub_byte_rows_to_words),
       cmocka_unit_test(version_matches_header),

@@ -30,7 +30,7 @@ static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_devic
     double predicted = 0;
     hm_choose_bucket(&l->config, type, b, &lo, &hi);
     if (hm_choose_config(&l->config, type, p, lo, hi, &cfg, &predicted) != HM_OK) {
-      printf("  %-16s %-8s unsupported: %s\n", l->role, hm_gemm_type_name(type), hm_last_error());
+      printf("  %-16s %-18s unsupported: %s\n", l->role, hm_gemm_type_name(type), hm_last_error());
       return 0;
     }
     hm_choose_cost c;
@@ -38,7 +38,7 @@ static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_devic
     if (hm_choose_cost_of(&l->config, &cfg, m, p, &c) != HM_OK) return 1;
     char t[96];
     hm_gemm_tuning_name(&cfg.tuning, t, sizeof(t));
-    printf("  %-16s %-8s %9lld %11.2f %11.2f  %s\n", l->role, hm_gemm_type_name(type), (long long)m,
+    printf("  %-16s %-18s %9lld %11.2f %11.2f  %s\n", l->role, hm_gemm_type_name(type), (long long)m,
            c.roofline_us, predicted, t);
   }
   return 0;
@@ -58,7 +58,7 @@ static int tune_layer(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, 
     hm_gemm_tuning_name(&b->tuned, t, sizeof(t));
     const double err =
         b->heuristic_us > 0 ? 100.0 * (b->predicted_us - b->heuristic_us) / b->heuristic_us : 0;
-    printf("  %-16s %-8s %9lld %11.2f %11.2f %11.2f %11.2f %7.2fx %+7.1f%%  %s\n", l->role,
+    printf("  %-16s %-18s %9lld %11.2f %11.2f %11.2f %11.2f %7.2fx %+7.1f%%  %s\n", l->role,
            hm_gemm_type_name(type), (long long)b->m, b->predicted_us, b->heuristic_us, b->default_us,
            b->tuned_us, b->tuned_us > 0 ? b->heuristic_us / b->tuned_us : 0, err, t);
   }
@@ -92,12 +92,25 @@ static int parse(int argc, char **argv, tune_opts *o) {
   return -1;
 }
 
+/* An MoE layer runs all three grouped types (the auto layout: masked for decode, indexed,
+ * contiguous for prefill); the plan shows each, the tuner times the indexed one. */
+static int plan_moe_layer(const hm_model_layer *l, const hm_device_profile *p) {
+  static const hm_gemm_type types[] = {HM_GEMM_GROUPED_MASKED, HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS};
+  int rc = 0;
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]) && rc == 0; t++) rc = plan_layer(l, types[t], p);
+  return rc;
+}
+
 static int run_layers(hm_engine *e, const hm_model_layer *layers, int count, const tune_opts *o,
                       const hm_device_profile *p, const char *root) {
   int rc = 0;
   for (int i = 0; i < count && rc == 0; i++) {
-    const hm_gemm_type type = layers[i].config.experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
-    rc = o->plan ? plan_layer(&layers[i], type, p) : tune_layer(e, &layers[i], type, o, root);
+    const bool dense = layers[i].config.experts == 1;
+    const hm_gemm_type type = dense ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
+    if (o->plan)
+      rc = dense ? plan_layer(&layers[i], type, p) : plan_moe_layer(&layers[i], p);
+    else
+      rc = tune_layer(e, &layers[i], type, o, root);
   }
   return rc;
 }
@@ -129,10 +142,10 @@ int hm_cli_tune(int argc, char **argv) {
   printf("# humming-moe tune  model=%s quant=%s tp=%lld ep=%lld  dev=%s  profile=%s%s%s\n", o.model, o.quant,
          (long long)o.tp, (long long)o.ep, hm_engine_device_name(e), p.name, o.plan ? "" : "  table=", root);
   if (o.plan)
-    printf("# %-16s %-8s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us",
+    printf("# %-16s %-18s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us",
            "choice");
   else
-    printf("# %-16s %-8s %9s %11s %11s %11s %11s %8s %8s  %s\n", "layer", "type", "valid_M", "predict_us",
+    printf("# %-16s %-18s %9s %11s %11s %11s %11s %8s %8s  %s\n", "layer", "type", "valid_M", "predict_us",
            "heur_us", "default_us", "tuned_us", "speedup", "pred_err", "tuned");
   rc = run_layers(e, layers, count, &o, &p, root);
   hm_engine_destroy(e);

@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
+# humming-moe's own commands on the host. tune --plan prints every kernel table an MoE layer
+# runs: the masked (decode), indexed and contiguous (prefill) ones of the auto layout, the
+# largest contiguous bucket on the warp-specialized TMA kernel.
+add_test(NAME test_cli_tune_plan COMMAND humming-moe tune --model deepseek-v3 --quant w8a8-fp8 --plan)
+set_tests_properties(test_cli_tune_plan PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "experts.down +grouped_contiguous +131584 .*_wgmma_ws"
+                     FAIL_REGULAR_EXPRESSION "unsupported")

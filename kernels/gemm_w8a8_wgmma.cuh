@@ -183,8 +183,10 @@ __device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, co
 
 // A thread's K-varying scale of each accumulator pair for one stage, s[m][2 * (i / 4) + i % 2]:
 // the weight block scale of 64-column block m (ws) times the token's 1x128 scale (in st).
-// Loaded and multiplied while the stage's wgmmas run, so that only the fold's FFMAs wait
-// for them.
+// Kept apart from the fold so that a kernel with the registers for them makes them off
+// the fold's path (the warp-specialized one: under the previous stage's fold), but never
+// between a stage's wgmmas: ptxas interleaves them there and the wgmmas wait for the
+// loads (docs/PERF.md, thirteenth session).
 template <class C>
 using hm_w8wg_scales_t = float[hm_wg_traits<C>::mb][hm_wg_traits<C>::wtm / 4];
 

@@ -44,8 +44,9 @@ __device__ __forceinline__ void hm_w8ws_load_token_scales(const hm_gemm_params &
 
 // Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ..., scales
 // applied. Folding configs wait out each stage's wgmmas and fold; the other warpgroup's
-// wgmmas cover the fold, and the fold covers the shared-memory loads of the next stage. int8 without K-varying scales sums in place and keeps one
-// stage's wgmmas in flight while the next is issued.
+// wgmmas cover the fold, and the fold covers the shared-memory loads of the next stage.
+// int8 without K-varying scales sums in place and keeps one stage's wgmmas in flight while
+// the next is issued.
 template <class C>
 __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                  const hm_ws_ring &ring, unsigned &n, const int *a_row,

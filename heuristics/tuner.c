@@ -161,7 +161,7 @@ static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_
   }
   HM_CHECK(compile_all(work, out->count));
   hm_tuner_bench bench;
-  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, req->top_k, max_m, (size_t)p->l2_bytes, &bench));
+  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, max_m, (size_t)p->l2_bytes, &bench));
   hm_status ret = HM_OK;
   const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS;
   for (int i = 0; i < out->count; i++) HM_CHECK_GOTO(time_bucket(e, &bench, reps, &work[i], &out->buckets[i]), done);

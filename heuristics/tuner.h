@@ -15,8 +15,7 @@
 
 typedef struct hm_tune_request {
   const hm_layer_config *layer;
-  hm_gemm_type type; /* HM_GEMM_DENSE or HM_GEMM_INDEXED */
-  int top_k;         /* indexed: slots per token */
+  hm_gemm_type type; /* HM_GEMM_DENSE or HM_GEMM_INDEXED; indexed takes layer->top_k slots a token */
   int candidates;    /* timed per bucket beside the analytic choice and the default (0: 6) */
   int reps;          /* timed launches per candidate, median taken (0: 15) */
 } hm_tune_request;

@@ -58,7 +58,7 @@ static int64_t act_scales_per_row(const hm_layer_config *lc) {
   }
 }
 
-hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type, int top_k,
+hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
                                 int64_t max_valid_m, size_t l2_bytes, hm_tuner_bench *out) {
   HM_CHECK_NOT_NULL(engine);
   HM_CHECK_NOT_NULL(layer);
@@ -69,7 +69,7 @@ hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer,
   out->engine = engine;
   out->layer = layer;
   out->type = type;
-  out->top_k = type == HM_GEMM_INDEXED ? (top_k < 1 ? 1 : top_k) : 1;
+  out->top_k = type == HM_GEMM_INDEXED && layer->top_k > 1 ? layer->top_k : 1;
   hm_status ret = HM_OK;
   const int64_t a_rows = (max_valid_m + out->top_k - 1) / out->top_k;
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);

@@ -29,7 +29,7 @@ typedef struct hm_tuner_bench {
 } hm_tuner_bench;
 
 /* Buffers for valid M up to max_valid_m; l2_bytes sets how many weight copies keep L2 cold. */
-hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type, int top_k,
+hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
                                 int64_t max_valid_m, size_t l2_bytes, hm_tuner_bench *out);
 void hm_tuner_bench_destroy(hm_tuner_bench *b);
 /* Median microseconds of reps launches of kernel (built from cfg) at valid_m, after a warm-up. */

@@ -24,7 +24,8 @@ static void tune_one_small_layer(void **state) {
   lc.n = 1024;
   lc.k = 2048;
   lc.experts = 8;
-  const hm_tune_request req = {&lc, HM_GEMM_INDEXED, 2, 3, 9};
+  lc.top_k = 2;
+  const hm_tune_request req = {&lc, HM_GEMM_INDEXED, 3, 9};
   hm_tune_result r;
   HM_ASSERT_OK(hm_tuner_run(engine, &req, &r));
   assert_true(r.count > 0);

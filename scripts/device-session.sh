@@ -9,7 +9,7 @@
 # `(cd .devdeps && apt-get download libjansson4 libjansson-dev)` (env.sh unpacks every .deb).
 # Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
 # (dense and MoE GEMMs against torch's cuBLAS), chain (decode GEMMs back to back, PDL on
-# and off), layers (the MoE layer in three layouts), plan (tuner and the default/heuristic/tuned
+# and off), layers (the MoE layer in three layouts; LAYER_QUANT, LAYER_M), plan (tuner and the default/heuristic/tuned
 # columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
 # the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
 # fp8shapes (the fp8 shapes issue #8 sets targets on; FP8_PLAN=all compares the plans),
@@ -148,7 +148,7 @@ fi
 
 if has layers; then
   for layout in ${LAYER_LAYOUTS:-masked indexed contiguous}; do
-    step "layer-$layout" "${LAYER_LIMIT:-150}" "$bench" layer --model deepseek-v3 --quant w4a16 --layout "$layout" \
+    step "layer-$layout" "${LAYER_LIMIT:-150}" "$bench" layer --model deepseek-v3 --quant "${LAYER_QUANT:-w4a16}" --layout "$layout" \
       --check 0 --m "${LAYER_M:-1,4,16,64,256,1024,4096,8192}" --baseline "${LAYER_BASELINE:-ours}" \
       --json "$LOGS/layer-$layout.json"
   done

@@ -9,13 +9,13 @@
 # `(cd .devdeps && apt-get download libjansson4 libjansson-dev)` (env.sh unpacks every .deb).
 # Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
 # (dense and MoE GEMMs against torch's cuBLAS), chain (decode GEMMs back to back, PDL on
-# and off), layers (the MoE layer in three layouts; LAYER_QUANT, LAYER_M), plan (tuner and the default/heuristic/tuned
-# columns), system (comm, e2e, the embedding example), ncu (Nsight Compute sections of
-# the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch: fp8 _scaled_mm, else bf16),
-# fp8shapes (the fp8 shapes issue #8 sets targets on; FP8_PLAN=all compares the plans),
-# w4a8 (W4A8 next to W8A8 on masked decode), sass (SASS of cached kernels named
-# by $SASS, run after the phases that compile them), trace (per-CTA timelines of the decode
-# GEMMs, HUMMING_TRACE=1).
+# and off), layers (the MoE layer in three layouts; LAYER_QUANT, LAYER_M), plan (tuner and
+# the default/heuristic/tuned columns), system (comm, e2e, the embedding example), ncu
+# (Nsight Compute sections of the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch:
+# fp8 _scaled_mm, else bf16), fp8shapes (the fp8 shapes issue #8 sets targets on;
+# FP8_PLAN=all compares the plans), w4a8 (W4A8 next to W8A8 on masked decode), sass (SASS
+# of cached kernels named by $SASS, run after the phases that compile them), trace
+# (per-CTA timelines of the decode GEMMs, HUMMING_TRACE=1).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}

@@ -45,7 +45,7 @@ int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *ar
 
 /* Bytes of an activation element: 8-bit for the W8A8 kernels, 16-bit for weight-only ones. */
 static int act_bytes(const hm_gemm_config *cfg) {
-  return hm_gemm_is_w8a8(&cfg->layer) ? 1 : 2;
+  return hm_dtype_bits(cfg->layer.act) / 8;
 }
 
 bool hm_gemm_tma_a(const hm_gemm_config *cfg) {

@@ -190,6 +190,14 @@ __device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, co
 template <class C>
 using hm_w8wg_scales_t = float[hm_wg_traits<C>::mb][hm_wg_traits<C>::wtm / 4];
 
+// The 1x128 scales of the two tokens of accumulators i..i+3 (i a multiple of 4); 1 without them.
+template <class C>
+__device__ __forceinline__ float2 hm_w8wg_token_scales(const unsigned char *st, const hm_wg_place &at, int i) {
+  if constexpr (C::a_group)
+    return *(const float2 *)(st + hm_w8wg_traits<C>::sa_off + hm_w8wg_row<C>(at, i) * 4);
+  return make_float2(1.0f, 1.0f);
+}
+
 template <class C>
 __device__ __forceinline__ void hm_w8wg_stage_scales(const unsigned char *st, const hm_wg_place &at,
                                                      const float (&ws)[hm_wg_traits<C>::mb],
@@ -197,8 +205,7 @@ __device__ __forceinline__ void hm_w8wg_stage_scales(const unsigned char *st, co
   using T = hm_w8wg_traits<C>;
 #pragma unroll
   for (int i = 0; i < T::wtm / 2; i += 4) {
-    float2 sa = make_float2(1.0f, 1.0f);
-    if constexpr (C::a_group) sa = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, i) * 4);
+    const float2 sa = hm_w8wg_token_scales<C>(st, at, i);
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) {
       s[m][i / 2] = sa.x * ws[m];
@@ -229,10 +236,7 @@ __device__ __forceinline__ void hm_w8wg_fold_rescale(const hm_w8wg_part_t<C> &pa
   using T = hm_w8wg_traits<C>;
   float2 sa[T::wtm / 8];
 #pragma unroll
-  for (int j = 0; j < T::wtm / 8; ++j) {
-    sa[j] = make_float2(1.0f, 1.0f);
-    if constexpr (C::a_group) sa[j] = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, 4 * j) * 4);
-  }
+  for (int j = 0; j < T::wtm / 8; ++j) sa[j] = hm_w8wg_token_scales<C>(st, at, 4 * j);
 #pragma unroll
   for (int m = 0; m < T::mb; ++m)
 #pragma unroll

@@ -60,6 +60,7 @@
 #include "gemm_kernel.cuh"
 #include "hm_mma8.cuh"
 #include "hm_w4a8_codes.cuh"
+#include "hm_w8_units.cuh"
 
 template <class C>
 struct hm_w8_traits : hm_gemm_traits<C> {
@@ -294,12 +295,16 @@ __device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm
     hm_w8_load_a_frags<C>(a_base, wm, s, lane, af);
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) {
-      // Word 2j: k 4t..4t+3 of column j*8+g; word 2j+1: k 16+4t.. (transform_w8.cuh); 4-bit
+      // Word 2j: k 4t..4t+3 of column j*8+g; word 2j+1: k 16+4t.. (hm_w8_units.cuh); 4-bit
       // units hold both in word j (transform_w4a8.cuh).
       constexpr int words = C::w4 ? 8 : 16;
       const int us = (wn * T::nu + u) * T::steps + s;
+      const unsigned char *unit_at = st + T::b_off + us * T::unit_bytes;
       hm_u32 w[words];
-      hm_load_lane_words<words>(w, st + T::b_off + us * T::unit_bytes, lane);
+      if constexpr (C::w4)
+        hm_load_lane_words<words>(w, unit_at, lane);
+      else
+        hm_w8_unit_words(w, hm_smem_addr(unit_at), lane);
       auto block = unit(us);
 #pragma unroll
       for (int j = 0; j < T::blocks; ++j) {

@@ -6,10 +6,8 @@
 // tokens, read from shared memory K-major in the 128-byte swizzle, one 128-byte row a
 // token (bk = 128, the K span of a block or 1x128 scale).
 //
-// The A fragments are straight 16-byte loads from the W8A8 units (transform_w8.cuh):
-// unit lane 4*gl + t holds words 2j, 2j+1 (k 4t.., k 16+4t..) of column j*8 + gl, so a
-// thread's pair slot group q (hm_wg_src) is words 4q..4q+3: both k halves of its two
-// columns, the registers of one m64nNk32 A fragment in another order.
+// The A fragments are one ldmatrix.x4 a 64-column block and k32 step from the W8A8 units'
+// core matrices (hm_w8_units.cuh), so the columns run in order (hm_wg_traits::column).
 //
 // Scales as in the mma.sync W8A8 kernel (gemm_w8a8_kernel.cuh): each stage's wgmmas
 // overwrite a partial sum that is folded into the f32 accumulators with the scales that
@@ -92,18 +90,20 @@ __device__ __forceinline__ void hm_w8wg_load_stage(const hm_wg_a_plan<C, 1> &ap,
 template <class C>
 using hm_w8wg_frags_t = hm_u32[hm_w8wg_traits<C>::steps][hm_wg_traits<C>::mb][4];
 
+// Warp wq's rows 16wq + g (+ 8) of a 64-column block are unit columns 16wq + g (+ 8), core
+// matrices 4wq..4wq+3 (hm_w8_units.cuh): k lo and hi of the first column, then of the second.
 template <class C>
 __device__ __forceinline__ void hm_w8wg_load_frags(const unsigned char *st, const hm_wg_place &at,
                                                    hm_w8wg_frags_t<C> &a) {
   using T = hm_w8wg_traits<C>;
-  using L = hm_wlayout<16>;
 #pragma unroll
   for (int s = 0; s < T::steps; ++s)
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) {
       const unsigned char *unit = st + T::b_off + ((at.wn * T::mb + m) * T::steps + s) * T::unit_bytes;
-      const uint4 v = *(const uint4 *)(unit + L::offset(at.src.ulane, 4 * at.src.q) * 4);
-      a[s][m][0] = v.x, a[s][m][1] = v.z, a[s][m][2] = v.y, a[s][m][3] = v.w;
+      hm_u32 r[4];
+      hm_w8_unit_words4(r, hm_smem_addr(unit), at.wq, at.lane);
+      a[s][m][0] = r[0], a[s][m][1] = r[2], a[s][m][2] = r[1], a[s][m][3] = r[3];
     }
 }
 
@@ -158,7 +158,7 @@ __device__ __forceinline__ int hm_w8wg_row(const hm_wg_place &at, int i) {
 template <class C>
 __device__ __forceinline__ int hm_w8wg_col(const hm_wg_place &at, int m, int i) {
   using T = hm_wg_traits<C>;
-  return at.wn * T::wtn + m * 64 + hm_wg_column(at.wq, at.lane, (i >> 1) & 1);
+  return at.wn * T::wtn + m * 64 + T::column(at.wq, at.lane, (i >> 1) & 1);
 }
 
 // The weight block scales of K block kb for the warpgroup's 64-column blocks (1 without

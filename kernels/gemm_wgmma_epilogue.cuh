@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // After the wgmma mainloop: Stream-K partials (flat per thread, so their layout does not
 // depend on the fragment order) and the store of C. The accumulators hold C^T in wgmma
-// fragments with permuted columns (hm_wg_column); they are staged in shared memory as
+// fragments, columns in the order of hm_wg_traits::column; they are staged in shared memory as
 // [token][column] (f32, or the output type: hm_wg_c_f32, hm_wg_c_out), then each warp
 // writes whole output rows: c = (acc * global_scale + bias) * row_scale, as the mma.sync
 // epilogue computes it.
@@ -58,22 +58,20 @@ __device__ __forceinline__ void hm_wg_stage_tile(unsigned char *stage, int wm, i
     for (int i = 0; i < T::wtm / 2; i += 2) {
       const float send = odd ? acc[m][i] : acc[m][i + 1];
       const float recv = __shfl_xor_sync(0xffffffffu, send, 4);
-      const int col = wn * T::wtn + m * 64 + hm_wg_column(wq, lane, (i >> 1) & 1) - odd;
+      const int col = wn * T::wtn + m * 64 + T::column(wq, lane, (i >> 1) & 1) - odd;
       const int token = wm * T::wtm + 8 * (i >> 2) + 2 * t + odd;
       const float2 v = odd ? make_float2(recv, acc[m][i + 1]) : make_float2(acc[m][i], recv);
       *(float2 *)(stage + token * T::c_pitch + col * 4) = v;
     }
 }
 
-// Writes the tile (all computing threads): stage, synchronize, copy rows out.
+// Copies the staged f32 tile ([token][column], c_pitch bytes a row) out as whole rows,
+// bias and scales applied (all computing threads, after the staging is synchronized).
 template <class C>
-__device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const hm_tile &tile,
-                                                 unsigned char *smem, const int *c_row,
-                                                 const float *row_scale, int wm, int wn, int wq, int lane,
-                                                 const hm_wg_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_wg_write_rows(const hm_gemm_params &p, const hm_tile &tile,
+                                                 const unsigned char *smem, const int *c_row,
+                                                 const float *row_scale) {
   using T = hm_wg_traits<C>;
-  hm_wg_stage_tile<C>(smem, wm, wn, wq, lane, acc);
-  hm_wg_sync<C>();
   const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
   hm_u32 *c = (hm_u32 *)p.c;
   const hm_u32 *bias = (const hm_u32 *)p.bias;
@@ -95,6 +93,17 @@ __device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const 
   }
 }
 
+// Writes the tile (all computing threads): stage, synchronize, copy rows out.
+template <class C>
+__device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const hm_tile &tile,
+                                                 unsigned char *smem, const int *c_row,
+                                                 const float *row_scale, int wm, int wn, int wq, int lane,
+                                                 const hm_wg_acc_t<C> &acc) {
+  hm_wg_stage_tile<C>(smem, wm, wn, wq, lane, acc);
+  hm_wg_sync<C>();
+  hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
+}
+
 // The accumulators into a staging tile in the output type, bias and scales applied on the
 // way in, lanes paired as in hm_wg_stage_tile so that each writes one column pair.
 template <class C, int PITCH>
@@ -108,7 +117,7 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
   for (int m = 0; m < T::mb; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int col = wn * T::wtn + m * 64 + hm_wg_column(wq, lane, h) - odd;
+      const int col = wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd;
       float b0 = 0.0f, b1 = 0.0f;
       if constexpr (C::bias) {
         const int n = tile.n_tile * C::bn + col;

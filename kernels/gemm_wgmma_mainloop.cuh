@@ -81,11 +81,6 @@ __device__ __forceinline__ hm_wg_src hm_wg_src_of(int wq, int lane) {
   return s;
 }
 
-// The column (within its 64-column block) of wgmma row 16*wq + g + 8*h of a warpgroup.
-__device__ __forceinline__ int hm_wg_column(int wq, int lane, int h) {
-  return 16 * (lane >> 3) + 8 * h + 2 * wq + ((lane >> 2) & 1);
-}
-
 // Scale and zero operands of a thread's two columns (h = 0, 1) in one scale group.
 struct hm_wg_group {
   hm_u32 s2[2], z2[2];

@@ -170,7 +170,25 @@ size_t hm_gemm_w8a8_wgmma_stage_bytes(const hm_gemm_config *cfg) {
   return (size_t)t->bm * t->bk + (size_t)t->bn / 64 * (t->bk / 32) * 2048 + a_scales;
 }
 
-/* What the wgmma kernel (gemm_w8a8_wgmma.cuh) adds to the common wgmma rules. */
+/* The warp-specialized kernel (gemm_w8a8_ws.cuh) runs a warpgroup's tokens as m64 blocks
+ * and its columns as the wgmma N: whole m64 blocks, N up to 256 (int8: 192), and with block
+ * scales one 128-column block a warpgroup. */
+static hm_status check_ws_tuning(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const int rows = t->bm / t->warps_m, cols = t->bn / (t->warps_n / 4);
+  if (rows % 64 != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 warp-specialized GEMM: %d token rows a warpgroup (whole m64 blocks)",
+            rows);
+  if (cols > (cfg->layer.act == HM_I8 ? 192 : 256))
+    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 warp-specialized GEMM: %d columns a warpgroup (wgmma N up to %d)",
+            cols, cfg->layer.act == HM_I8 ? 192 : 256);
+  if (cfg->layer.group_n != 0 && 128 % cols != 0)
+    HM_FAIL(HM_INVALID_ARGUMENT,
+            "W8A8 warp-specialized GEMM: %d columns a warpgroup straddle 128-column scale blocks", cols);
+  return HM_OK;
+}
+
+/* What the wgmma kernels (gemm_w8a8_wgmma.cuh, gemm_w8a8_ws.cuh) add to the common wgmma rules. */
 static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   if (t->bk != 128)
@@ -182,7 +200,7 @@ static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
   if (t->warps_m * (t->warps_n / 4) > 2)
     HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 wgmma GEMM: %d warpgroups (at most 2: a thread needs ~150 registers)",
             t->warps_m * (t->warps_n / 4));
-  return HM_OK;
+  return t->ws ? check_ws_tuning(cfg) : HM_OK;
 }
 
 /*

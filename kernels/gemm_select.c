@@ -152,6 +152,13 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg) {
     return HM_OK;
   hm_gemm_config ws = *cfg;
   ws.tuning.ws = true;
+  /* W8A8's warp-specialized kernel takes tokens as the wgmma M: a warpgroup's 64 token rows
+   * against all bn columns make one m64nNk32 a k32 step with the widest N, and two row
+   * scales a thread a fold (gemm_w8a8_ws.cuh). */
+  if (hm_gemm_is_w8a8(&cfg->layer) && t->bm == 128) {
+    ws.tuning.warps_m = 2;
+    ws.tuning.warps_n = 4;
+  }
   hm_error_quiet_begin();
   const bool fits = hm_gemm_tma_a(&ws) && fit_smem(&ws) == HM_OK && ws.tuning.bk == t->bk &&
                     hm_gemm_config_check(&ws) == HM_OK;

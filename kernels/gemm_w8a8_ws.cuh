@@ -1,38 +1,86 @@
 // SPDX-License-Identifier: Apache-2.0
-// The warp-specialized W8A8 wgmma GEMM (sm_90a): the math of gemm_w8a8_wgmma.cuh (stage
-// wgmmas, fold, scales) on the pipeline of gemm_ws_pipe.cuh. A stage holds the token rows
-// (TMA or cp.async, hm_ws_load_rows), their 1x128 scales (cp.async) and the weight units
-// (one bulk copy per unit column).
-// The consumer warpgroups drift apart: one folds while the other's wgmmas keep the tensor
-// cores busy.
+// The warp-specialized W8A8 wgmma GEMM (sm_90a) on the pipeline of gemm_ws_pipe.cuh, with
+// the tokens as the wgmma M side and the weights as N, both read from shared memory: the
+// token rows as TMA (or cp.async) writes them (K-major, 128-byte swizzle), the weight
+// units as their core matrices lie (hm_w8_units.cuh, K-major without swizzle). A stage
+// holds the token rows, the units of each k32 step side by side ([step][unit column], so
+// that a step's columns are one tile with core matrices 256 bytes apart along N) and, with
+// 1x128 activation scales, each token row's scale.
+//
+// Warpgroup (wm, wn) owns tokens wm*wtm.. (wtm/64 m64 blocks) and columns wn*wtn.. (the
+// wgmma N). A thread's accumulators hold two token rows an m64 block, so folding a stage
+// with K-varying scales (128x128 weight blocks, 1x128 token groups) takes two scale
+// products an m64 block, where the C^T tile of gemm_w8a8_wgmma.cuh takes one per token
+// column pair. The consumer warpgroups drift apart: one folds while the other's wgmmas
+// keep the tensor cores busy.
+//
+// Scales as in gemm_w8a8_wgmma.cuh: fp8 folds every stage (Hopper's fp8 MMA keeps too few
+// accumulator bits for a whole K); int8 without K-varying scales sums in s32 to the end of
+// the segment; per-channel and per-token scales apply once a segment.
 #pragma once
 
 #include "gemm_w8a8_wgmma.cuh"
 #include "gemm_ws_pipe.cuh"
 
-// The stage's weight units (producer thread 0): per unit column one contiguous run of k32 units
-// (transform_w8.cuh orders them (E, N/64, K/32)), announced on the full barrier first.
-// Units past N or K are not copied; see hm_ws_run for the K tail.
 template <class C>
-__device__ __forceinline__ void hm_w8ws_load_weights(const hm_gemm_params &p, const hm_tile &tile, int kt,
+struct hm_w8ss_traits : hm_w8wg_traits<C> {
+  using W = hm_w8wg_traits<C>;
+  using G = hm_wg_traits<C>;
+  static constexpr int mt = G::wtm / 64;      // m64 blocks of a warpgroup
+  static constexpr int wn_regs = G::wtn / 2;  // accumulators of one m64 block (wgmma N = wtn)
+  // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs about
+  // 150 (accumulators, a stage's sums, addresses).
+  using layout = hm_ws_layout<C, W::pipe_bytes, G::c_bytes, 56>;
+  static constexpr int smem_bytes = layout::smem_bytes;
+
+  static_assert(G::wtm % 64 == 0, "a warpgroup's tokens are whole m64 blocks");
+  static_assert(G::wtn % 64 == 0 && G::wtn <= (C::a_int8 ? 192 : 256), "wgmma N of 64..256 (int8: 192)");
+  static_assert(!C::w_block || 128 % G::wtn == 0, "a warpgroup's columns lie in one 128-column scale block");
+};
+
+// One m64 block's accumulators (or sums) of a thread: the wgmma's D fragment, viewed in the
+// shape of the kernel's shared accumulator type.
+template <class C, class S, int R, int B>
+__device__ __forceinline__ S (&hm_w8ss_block(S (&a)[R][B], int mi))[hm_w8ss_traits<C>::wn_regs] {
+  return *reinterpret_cast<S(*)[hm_w8ss_traits<C>::wn_regs]>(&a[0][0] + mi * hm_w8ss_traits<C>::wn_regs);
+}
+
+// Tile row (token) of accumulator i of m64 block mi: 16wq + g, or + 8 for i's second pair.
+template <class C>
+__device__ __forceinline__ int hm_w8ss_row(const hm_wg_place &at, int mi, int h) {
+  return at.wm * hm_wg_traits<C>::wtm + mi * 64 + 16 * at.wq + (at.lane >> 2) + 8 * h;
+}
+
+// Tile column of accumulator i (its first of two adjacent columns when i is even).
+template <class C>
+__device__ __forceinline__ int hm_w8ss_col(const hm_wg_place &at, int i) {
+  return at.wn * hm_wg_traits<C>::wtn + 8 * (i >> 2) + 2 * (at.lane & 3) + (i & 1);
+}
+
+// The stage's weight units (producer thread 0): unit (column c, k32 step s) of the tile
+// from global (E, N/64, K/32) order to [s][c], announced on the full barrier first. Units
+// past N or K are not copied; see hm_ws_run for the K tail.
+template <class C>
+__device__ __forceinline__ void hm_w8ss_load_weights(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                      unsigned char *st, unsigned long long *full) {
   using T = hm_w8wg_traits<C>;
   const int left_k = T::k16 - kt * T::steps, left_n = T::n_units - tile.n_tile * T::bn_units;
   const int units = left_k < T::steps ? left_k : T::steps;
   const int cols = left_n < T::bn_units ? left_n : T::bn_units;
-  const unsigned run_bytes = (unsigned)(units * T::unit_bytes);
-  hm_mbar_arrive_expect_tx(full, run_bytes * cols);
+  hm_mbar_arrive_expect_tx(full, (unsigned)(units * cols * hm_w8_unit_bytes));
   const unsigned char *b = (const unsigned char *)p.b;
   for (int c = 0; c < cols; ++c) {
     const long long unit = (long long)tile.e * T::n_units + tile.n_tile * T::bn_units + c;
-    hm_bulk_copy(st + T::b_off + c * T::steps * T::unit_bytes,
-                 b + (unit * T::k16 + kt * T::steps) * T::unit_bytes, run_bytes, full);
+    const unsigned char *src = b + (unit * T::k16 + kt * T::steps) * hm_w8_unit_bytes;
+    for (int s = 0; s < units; ++s)
+      hm_bulk_copy(st + T::b_off + (s * T::bn_units + c) * hm_w8_unit_bytes, src + s * hm_w8_unit_bytes,
+                   hm_w8_unit_bytes, full);
   }
 }
 
 // With 1x128 activation scales, each token row's scale of the stage.
 template <class C>
-__device__ __forceinline__ void hm_w8ws_load_token_scales(const hm_gemm_params &p, int kt, unsigned char *st,
+__device__ __forceinline__ void hm_w8ss_load_token_scales(const hm_gemm_params &p, int kt, unsigned char *st,
                                                           const int *a_row, int pt) {
   using T = hm_w8wg_traits<C>;
   for (int r = pt; r < C::bm; r += hm_ws_producers) {
@@ -42,38 +90,137 @@ __device__ __forceinline__ void hm_w8ws_load_token_scales(const hm_gemm_params &
   }
 }
 
-// Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ..., scales
-// applied. Folding configs wait out each stage's wgmmas and fold; the other warpgroup's
-// wgmmas cover the fold, and the fold covers the shared-memory loads of the next stage.
-// int8 without K-varying scales sums in place and keeps one stage's wgmmas in flight while
-// the next is issued.
+// A stage's sums of one thread in the MMA's type, shaped as the accumulators.
 template <class C>
-__device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
+using hm_w8ss_part_t = hm_w8wg_part_t<C>;
+
+// Issues the stage's wgmmas into part (committed, not waited for): per k32 step and m64
+// block one m64nNk32, A the block's token rows, B the step's units. FRESH: the first step
+// overwrites part.
+template <class C, bool FRESH>
+__device__ __forceinline__ void hm_w8ss_issue(const unsigned char *st, const hm_wg_place &at,
+                                              hm_w8ss_part_t<C> &part) {
+  using T = hm_w8ss_traits<C>;
+  using G = hm_wg_traits<C>;
+  const unsigned base = hm_smem_addr(st);
+  const unsigned long long a0 = hm_wgmma_desc_k128(base + at.wm * G::wtm * 128);
+  hm_wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < T::steps; ++s) {
+    const unsigned b_addr = base + T::b_off + (s * G::bn_units + at.wn * G::wtn / 64) * hm_w8_unit_bytes;
+    const unsigned long long b = hm_wgmma_desc_plain<128, 256>(b_addr);
+#pragma unroll
+    for (int mi = 0; mi < T::mt; ++mi) {
+      // 32 bytes of k a step within the swizzled 128-byte rows; 64 rows of 128 bytes a block.
+      const unsigned long long a = a0 + (unsigned long long)(mi * 64 * 128 / 16 + s * 2);
+      if (FRESH && s == 0)
+        hm_wgmma8_ss<G::wtn, false>(hm_w8ss_block<C>(part, mi), a, b);
+      else
+        hm_wgmma8_ss<G::wtn, true>(hm_w8ss_block<C>(part, mi), a, b);
+    }
+  }
+  hm_wgmma_commit();
+}
+
+// The weight block scale of K block kb for the warpgroup's columns (1 without block scales).
+template <class C>
+__device__ __forceinline__ float hm_w8ss_block_scale(const hm_gemm_params &p, const hm_tile &tile, int kb,
+                                                     const hm_wg_place &at) {
+  if constexpr (!C::w_block) return 1.0f;
+  using T = hm_w8wg_traits<C>;
+  const int nb = (tile.n_tile * C::bn + at.wn * hm_wg_traits<C>::wtn) / 128;
+  return nb < C::n / 128 ? ((const float *)p.scales)[((long long)tile.e * (C::n / 128) + nb) * T::k_blocks + kb]
+                         : 0.0f;
+}
+
+// The K-varying scale of each of a thread's token rows for one stage: the weight block
+// scale times the row's 1x128 scale (in st), or the block scale alone.
+template <class C>
+__device__ __forceinline__ void hm_w8ss_row_scales(const unsigned char *st, const hm_wg_place &at, float ws,
+                                                   float (&s)[hm_w8ss_traits<C>::mt][2]) {
+  using T = hm_w8ss_traits<C>;
+#pragma unroll
+  for (int mi = 0; mi < T::mt; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s[mi][h] = ws;
+      if constexpr (C::a_group) s[mi][h] *= *(const float *)(st + T::sa_off + hm_w8ss_row<C>(at, mi, h) * 4);
+    }
+}
+
+// acc += part * s, s by token row.
+template <class C>
+__device__ __forceinline__ void hm_w8ss_fold(const float (&s)[hm_w8ss_traits<C>::mt][2],
+                                             hm_w8ss_part_t<C> &part, hm_wg_acc_t<C> &acc) {
+  using T = hm_w8ss_traits<C>;
+#pragma unroll
+  for (int mi = 0; mi < T::mt; ++mi) {
+    auto &d = hm_w8ss_block<C>(part, mi);
+    auto &a = hm_w8ss_block<C>(acc, mi);
+#pragma unroll
+    for (int i = 0; i < T::wn_regs; ++i) a[i] += (float)d[i] * s[mi][(i >> 1) & 1];
+  }
+}
+
+// acc *= the scales constant along K: per token (A row) and per channel (weight column).
+template <class C>
+__device__ __forceinline__ void hm_w8ss_finish(const hm_gemm_params &p, const hm_tile &tile, const int *a_row,
+                                               const hm_wg_place &at, hm_wg_acc_t<C> &acc) {
+  using T = hm_w8ss_traits<C>;
+  float ts[T::mt][2], cs[T::wn_regs / 4][2];
+#pragma unroll
+  for (int mi = 0; mi < T::mt; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ts[mi][h] = 1.0f;
+      if constexpr (!C::a_group) {
+        const int row = a_row[hm_w8ss_row<C>(at, mi, h)];
+        ts[mi][h] = row < 0 ? 0.0f : p.a_scale[row];
+      }
+    }
+  const float *ws = (const float *)p.scales + (long long)tile.e * C::n;
+#pragma unroll
+  for (int j = 0; j < T::wn_regs / 4; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      cs[j][c] = 1.0f;
+      if constexpr (!C::w_block) {
+        const int col = tile.n_tile * C::bn + hm_w8ss_col<C>(at, 4 * j + c);
+        cs[j][c] = col < C::n ? ws[col] : 0.0f;
+      }
+    }
+#pragma unroll
+  for (int mi = 0; mi < T::mt; ++mi) {
+    auto &a = hm_w8ss_block<C>(acc, mi);
+#pragma unroll
+    for (int i = 0; i < T::wn_regs; ++i) a[i] *= ts[mi][(i >> 1) & 1] * cs[i >> 2][i & 1];
+  }
+}
+
+// Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ..., scales
+// applied. Folding configs wait out each stage's wgmmas, hand the stage back and fold;
+// the other warpgroup's wgmmas cover the fold. The row scales are read before the wgmmas
+// are issued and the next block scale is loaded a stage ahead, so that nothing but the
+// wgmmas lies between fence and commit. int8 without K-varying scales sums in place and
+// keeps one stage's wgmmas in flight while the next is issued.
+template <class C>
+__device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                  const hm_ws_ring &ring, unsigned &n, const int *a_row,
                                                  const hm_wg_place &at, hm_wg_acc_t<C> &acc) {
-  using T = hm_w8wg_traits<C>;
-  hm_w8wg_part_t<C> part;
+  using T = hm_w8ss_traits<C>;
+  hm_w8ss_part_t<C> part;
   if constexpr (T::fold) {
     hm_wg_acc_zero<C>(acc);
-    float ws[T::mb];
-    hm_w8wg_frags_t<C> a;
-    hm_w8wg_scales_t<C> sc;
-    hm_w8wg_block_scales<C>(p, tile, kb, at, ws);
-    const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
-    hm_w8wg_load_frags<C>(st, at, a);
-    hm_w8wg_stage_scales<C>(st, at, ws, sc);
-    hm_w8wg_block_scales<C>(p, tile, kb + 1 < ke ? kb + 1 : kb, at, ws);
+    float ws = hm_w8ss_block_scale<C>(p, tile, kb, at);
     for (int kt = kb; kt < ke; ++kt, ++n) {
-      hm_w8wg_issue_frags<C>(st, at, a, part);
+      const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
+      float s[T::mt][2];
+      hm_w8ss_row_scales<C>(st, at, ws, s);
+      hm_w8ss_issue<C, true>(st, at, part);
+      ws = hm_w8ss_block_scale<C>(p, tile, kt + 1 < ke ? kt + 1 : kt, at);
       hm_w8wg_wait_stage<C>(part);
-      // The next stage's fragments and scale products load under this stage's fold (the
-      // last stage reloads its own): nothing but the wgmmas between fence and commit.
-      const unsigned char *next = kt + 1 < ke ? hm_ws_acquire<C, T::stage_bytes>(ring, n + 1) : st;
-      hm_w8wg_load_frags<C>(next, at, a);
-      hm_w8wg_fold_rescale<C>(part, next, at, ws, sc, acc);
-      hm_w8wg_block_scales<C>(p, tile, kt + 2 < ke ? kt + 2 : ke - 1, at, ws);
       hm_ws_release<C>(ring, n, at.lane);
-      st = next;
+      hm_w8ss_fold<C>(s, part, acc);
     }
   } else {
 #pragma unroll
@@ -81,7 +228,7 @@ __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const 
 #pragma unroll
       for (int i = 0; i < T::wtm / 2; ++i) part[m][i] = 0;
     for (int kt = kb; kt < ke; ++kt, ++n) {
-      hm_w8wg_issue_stage<C>(hm_ws_acquire<C, T::stage_bytes>(ring, n), at, part);
+      hm_w8ss_issue<C, false>(hm_ws_acquire<C, T::stage_bytes>(ring, n), at, part);
       hm_wgmma_wait<1>();  // a no-op on the segment's first stage; no branch between wgmmas in flight
       hm_ws_release<C>(ring, n - 1, at.lane, kt > kb);
     }
@@ -92,37 +239,53 @@ __device__ __forceinline__ void hm_w8ws_mainloop(const hm_gemm_params &p, const 
 #pragma unroll
       for (int i = 0; i < T::wtm / 2; ++i) acc[m][i] = (float)part[m][i];
   }
-  hm_w8wg_finish<C>(p, tile, a_row, at, acc);
+  hm_w8ss_finish<C>(p, tile, a_row, at, acc);
 }
 
-// The W8A8 stage on the warp-specialized pipeline (the policy of gemm_ws_pipe.cuh); the
-// output tile is staged in f32.
+// The output tile staged in f32 as [token][column] (hm_wg_traits::c_pitch), lanes writing
+// their column pairs, then copied out as hm_wg_store_tile does.
 template <class C>
-struct hm_w8ws_traits : hm_w8wg_traits<C> {
-  using W = hm_w8wg_traits<C>;
-  // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs about
-  // 150 (accumulators, a stage's sums, A fragments).
-  using layout = hm_ws_layout<C, W::pipe_bytes, hm_wg_traits<C>::c_bytes, 56>;
-  static constexpr int smem_bytes = layout::smem_bytes;
+struct hm_w8ss_c_f32 {
+  __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
+                                               unsigned char *smem, const int *c_row, const float *row_scale,
+                                               int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
+    using T = hm_w8ss_traits<C>;
+    hm_wg_place at;
+    at.wm = wm, at.wn = wn, at.wq = wq, at.lane = lane;
+#pragma unroll
+    for (int mi = 0; mi < T::mt; ++mi) {
+      const float *a = &acc[0][0] + mi * T::wn_regs;
+#pragma unroll
+      for (int i = 0; i < T::wn_regs; i += 2) {
+        const int row = hm_w8ss_row<C>(at, mi, (i >> 1) & 1);
+        *(float2 *)(smem + row * T::c_pitch + hm_w8ss_col<C>(at, i) * 4) = make_float2(a[i], a[i + 1]);
+      }
+    }
+    hm_wg_sync<C>();
+    hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
+  }
+};
 
+template <class C>
+struct hm_w8ws_traits : hm_w8ss_traits<C> {
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                     unsigned char *st, unsigned long long *full,
                                                     const int *a_row, int pt) {
     hm_ws_load_rows<C, 1>(p, kt, st, a_row, pt, full);
-    if (pt == 0) hm_w8ws_load_weights<C>(p, tile, kt, st, full);
-    if constexpr (C::a_group) hm_w8ws_load_token_scales<C>(p, kt, st, a_row, pt);
+    if (pt == 0) hm_w8ss_load_weights<C>(p, tile, kt, st, full);
+    if constexpr (C::a_group) hm_w8ss_load_token_scales<C>(p, kt, st, a_row, pt);
   }
   __device__ static __forceinline__ void mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                   int ke, const hm_ws_ring &ring, unsigned &n,
                                                   const int *a_row, const hm_wg_place &at,
                                                   hm_wg_acc_t<C> &acc) {
-    hm_w8ws_mainloop<C>(p, tile, kb, ke, ring, n, a_row, at, acc);
+    hm_w8ss_mainloop<C>(p, tile, kb, ke, ring, n, a_row, at, acc);
   }
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                const hm_sk_piece &sk, unsigned char *c_stage,
                                                const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                                hm_wg_acc_t<C> &acc) {
-    hm_wg_finish_segment<C>(p, tile, kb, ke, sk, c_stage, maps, at, acc);
+    hm_wg_finish_segment<C, hm_w8ss_c_f32<C>>(p, tile, kb, ke, sk, c_stage, maps, at, acc);
   }
 };
 

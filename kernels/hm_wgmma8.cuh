@@ -7,6 +7,7 @@
 //   a0 (row 16w+g, k 4t..4t+3), a1 (row 16w+g+8, same k), a2 (row 16w+g, k 16+4t..),
 //   a3 (row 16w+g+8, k 16+4t..): byte for byte the m16n8k16 A of 16-bit values
 // D is laid out as for m64nNk16 (hm_wgmma.cuh). The integer form has no N above 224.
+// hm_wgmma8_ss takes A from shared memory too (gemm_w8a8_ws.cuh: tokens as A).
 #pragma once
 
 #include "hm_wgmma.cuh"
@@ -71,6 +72,53 @@ __device__ __forceinline__ void hm_wgmma8_rs(int (&d)[N / 2], const hm_u32 (&a)[
   HM_WG8_CASE(224, HM_WG8_S8_ASM)
 }
 
+// A and B both through descriptors: the descriptors follow the N/2 accumulators.
+#define HM_WG8_SS_TAIL_64 "%32, %33"
+#define HM_WG8_SS_TAIL_128 "%64, %65"
+#define HM_WG8_SS_TAIL_192 "%96, %97"
+#define HM_WG8_SS_TAIL_256 "%128, %129"
+#define HM_WG8_SS_F8_ASM(n, acc)                                                           \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n" #n "k32.f32.e4m3.e4m3 {" HM_WG_REGS_##n \
+               "}, " HM_WG8_SS_TAIL_##n ", " acc ", 1, 1;\n"                              \
+               : HM_WG_OPS_##n                                                             \
+               : "l"(desc_a), "l"(desc_b))
+#define HM_WG8_SS_S8_ASM(n, acc)                                                                               \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n" #n "k32.s32.s8.s8 {" HM_WG_REGS_##n "}, " HM_WG8_SS_TAIL_##n \
+               ", " acc ";\n"                                                                                  \
+               : HM_WG8_OPS_##n                                                                                \
+               : "l"(desc_a), "l"(desc_b))
+
+// One m64nNk32 of the warpgroup from two descriptors; N 64, 128, 192 or 256 (int8: not 256).
+template <int N, bool ACC>
+__device__ __forceinline__ void hm_wgmma8_ss(float (&d)[N / 2], unsigned long long desc_a,
+                                             unsigned long long desc_b) {
+  static_assert(N % 64 == 0 && N >= 64 && N <= 256, "fp8 wgmma_ss N must be 64, 128, 192 or 256");
+  HM_WG8_CASE(64, HM_WG8_SS_F8_ASM)
+  HM_WG8_CASE(128, HM_WG8_SS_F8_ASM)
+  HM_WG8_CASE(192, HM_WG8_SS_F8_ASM)
+  HM_WG8_CASE(256, HM_WG8_SS_F8_ASM)
+}
+
+template <int N, bool ACC>
+__device__ __forceinline__ void hm_wgmma8_ss(int (&d)[N / 2], unsigned long long desc_a,
+                                             unsigned long long desc_b) {
+  static_assert(N % 64 == 0 && N >= 64 && N <= 192, "int8 wgmma_ss N must be 64, 128 or 192");
+  HM_WG8_CASE(64, HM_WG8_SS_S8_ASM)
+  HM_WG8_CASE(128, HM_WG8_SS_S8_ASM)
+  HM_WG8_CASE(192, HM_WG8_SS_S8_ASM)
+}
+
+// Descriptor of a K-major tile without swizzle: 8-row x 16-byte core matrices of 128
+// contiguous bytes, LBO bytes apart along K and SBO bytes apart along M or N.
+template <int LBO, int SBO>
+__device__ __forceinline__ unsigned long long hm_wgmma_desc_plain(unsigned smem_addr) {
+  static_assert(LBO % 16 == 0 && SBO % 16 == 0, "descriptor offsets count 16 bytes");
+  const unsigned long long start = (smem_addr & 0x3ffffu) >> 4;
+  return start | ((unsigned long long)(LBO >> 4) << 16) | ((unsigned long long)(SBO >> 4) << 32);
+}
+
 #undef HM_WG8_CASE
 #undef HM_WG8_F8_ASM
 #undef HM_WG8_S8_ASM
+#undef HM_WG8_SS_F8_ASM
+#undef HM_WG8_SS_S8_ASM

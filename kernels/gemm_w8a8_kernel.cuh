@@ -299,12 +299,11 @@ __device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm
       // units hold both in word j (transform_w4a8.cuh).
       constexpr int words = C::w4 ? 8 : 16;
       const int us = (wn * T::nu + u) * T::steps + s;
-      const unsigned char *unit_at = st + T::b_off + us * T::unit_bytes;
       hm_u32 w[words];
       if constexpr (C::w4)
-        hm_load_lane_words<words>(w, unit_at, lane);
+        hm_load_lane_words<words>(w, st + T::b_off + us * T::unit_bytes, lane);
       else
-        hm_w8_unit_words(w, hm_smem_addr(unit_at), lane);
+        hm_w8_unit_words(w, st + T::b_off + us * T::unit_bytes, lane);
       auto block = unit(us);
 #pragma unroll
       for (int j = 0; j < T::blocks; ++j) {

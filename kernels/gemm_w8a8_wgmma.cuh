@@ -44,7 +44,8 @@ struct hm_w8wg_traits : hm_wg_traits<C> {
 
   static_assert(C::bk == 128, "one 128-byte swizzle row of tokens a stage, one K scale block");
   static_assert((k16 + steps - 1) / steps == G::k_iters, "the schedule counts k-tiles as the kernel does");
-  static_assert(G::acc_regs <= 64, "accumulators and partial sums share 128 registers a thread");
+  // The warp-specialized kernel (gemm_w8a8_ws.cuh) keeps one m64 block's sums, not all.
+  static_assert(C::ws || G::acc_regs <= 64, "accumulators and partial sums share 128 registers a thread");
   static_assert(G::threads <= 256, "a thread needs more registers than 3 or 4 warpgroups leave");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
 };
@@ -96,13 +97,14 @@ template <class C>
 __device__ __forceinline__ void hm_w8wg_load_frags(const unsigned char *st, const hm_wg_place &at,
                                                    hm_w8wg_frags_t<C> &a) {
   using T = hm_w8wg_traits<C>;
+  const unsigned b_lane = hm_smem_addr(st) + T::b_off + at.wn * T::mb * T::steps * T::unit_bytes +
+                          512 * at.wq + hm_w8_unit_lane_offset(at.lane);
 #pragma unroll
   for (int s = 0; s < T::steps; ++s)
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) {
-      const unsigned char *unit = st + T::b_off + ((at.wn * T::mb + m) * T::steps + s) * T::unit_bytes;
       hm_u32 r[4];
-      hm_w8_unit_words4(r, hm_smem_addr(unit), at.wq, at.lane);
+      hm_w8_unit_words4(r, b_lane + (m * T::steps + s) * T::unit_bytes);
       a[s][m][0] = r[0], a[s][m][1] = r[2], a[s][m][2] = r[1], a[s][m][3] = r[3];
     }
 }

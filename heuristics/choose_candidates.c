@@ -21,8 +21,11 @@
  * the asynchronous MMAs: ptxas 13.0 (sm_90a) gave bm64 w1x8x1 207-210 registers for its 64
  * accumulators, and 188 bytes of spills when the cost model picked it two CTAs an SM. */
 #define WGMMA_BASE_REGS_PER_THREAD 120
-/* What a warp-specialized kernel's producer threads keep (gemm_w8a8_ws.cuh). */
+/* What a warp-specialized kernel's producer threads keep (gemm_ws_pipe.cuh). */
 #define WS_PRODUCER_REGS 56
+/* A W8A8 warp-specialized consumer beside its sums: descriptors, row scales and addresses,
+ * with no fragments (gemm_w8a8_ws.cuh). */
+#define WS_W8A8_BASE_REGS 32
 /*
  * Weight columns one warp (mma.sync) or warpgroup (wgmma) may span, the swapped 8-row tile
  * aside: a thread keeps every unit column's dequantized fragments and scale operands, which
@@ -70,7 +73,8 @@ static bool wgmma_grid_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   hm_gemm_config cfg = *base;
   cfg.tuning = *t;
   const int rows = t->bm / t->warps_m;
-  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 || hm_gemm_wgmma_sum_regs(&cfg) > 128)
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 ||
+      hm_gemm_wgmma_sum_regs(&cfg) > hm_gemm_wgmma_max_sum_regs(&cfg))
     return false;
   return t->stages >= 3 && t->bm <= 32 * t->warps_m * t->warps_n;
 }
@@ -108,7 +112,8 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
    * spill even alone on an SM (ptxas 13.0: bm64 w2x4x1 144-224 bytes); two an SM spilled
    * 352-944 bytes (bm32 w1x4x1, bm64 bk64) when the cost model began to pick them. */
   if (t->mma == HM_MMA_SYNC && hm_gemm_is_w8a8(&cfg->layer) && t->bm != 8 && t->ctas_per_sm > 1) return false;
-  const int base = t->mma == HM_MMA_WGMMA && !t->ws ? WGMMA_BASE_REGS_PER_THREAD : BASE_REGS_PER_THREAD;
+  int base = t->mma == HM_MMA_WGMMA && !t->ws ? WGMMA_BASE_REGS_PER_THREAD : BASE_REGS_PER_THREAD;
+  if (t->ws && hm_gemm_is_w8a8(&cfg->layer)) base = WS_W8A8_BASE_REGS;
   const int regs = (base + acc_regs) * (threads - producers) + WS_PRODUCER_REGS * producers;
   return regs * t->ctas_per_sm <= REGS_PER_SM;
 }

@@ -21,8 +21,16 @@ int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t) {
 }
 
 int hm_gemm_wgmma_sum_regs(const hm_gemm_config *cfg) {
-  const int acc = hm_gemm_wgmma_acc_regs(&cfg->tuning);
-  return hm_gemm_is_w8a8(&cfg->layer) ? 2 * acc : acc;
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const int acc = hm_gemm_wgmma_acc_regs(t);
+  if (!hm_gemm_is_w8a8(&cfg->layer)) return acc;
+  /* The warp-specialized kernel folds one m64 block at a time (gemm_w8a8_ws.cuh). */
+  return t->ws && t->warps_n >= 4 ? acc + t->bn / (t->warps_n / 4) / 2 : 2 * acc;
+}
+
+int hm_gemm_wgmma_max_sum_regs(const hm_gemm_config *cfg) {
+  /* Its consumers get 224 registers (setmaxnreg); the others share 168 or fewer. */
+  return hm_gemm_is_w8a8(&cfg->layer) && cfg->tuning.ws ? 192 : 128;
 }
 
 /* The warp-specialized kernels (gemm_ws_pipe.cuh) split the SM's registers between their
@@ -59,10 +67,10 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
     HM_FAIL(HM_INVALID_ARGUMENT,
             "wgmma tile bm=%d: each of %d warpgroups along m needs 32..256 rows, a multiple of 32", t->bm,
             t->warps_m);
-  if (hm_gemm_wgmma_sum_regs(cfg) > 128)
+  if (hm_gemm_wgmma_sum_regs(cfg) > hm_gemm_wgmma_max_sum_regs(cfg))
     HM_FAIL(HM_INVALID_ARGUMENT,
-            "wgmma tile %dx%d holds %d accumulators (and W8A8 stage partial sums) per thread (at most 128)",
-            t->bm, t->bn, hm_gemm_wgmma_sum_regs(cfg));
+            "wgmma tile %dx%d holds %d accumulators (and W8A8 stage partial sums) per thread (at most %d)",
+            t->bm, t->bn, hm_gemm_wgmma_sum_regs(cfg), hm_gemm_wgmma_max_sum_regs(cfg));
   if (t->stages < 3) HM_FAIL(HM_INVALID_ARGUMENT, "wgmma kernels need stages >= 3, not %d", t->stages);
   return t->ws ? check_ws(cfg) : HM_OK;
 }
@@ -88,12 +96,12 @@ size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
   stage = (stage + 1023) / 1024 * 1024;
   const size_t pipe = stage * (size_t)t->stages;
   const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);
-  /* The weight-only warp-specialized kernel stages its tile in the output type (hm_wg_c_out). */
+  /* The warp-specialized kernels stage their tile in the output type (hm_wg_c_out). */
   const size_t staged_out = (size_t)t->bm * ((size_t)t->bn * 2 + 4);
   /* Warp-specialized: the staged C tile beside the stages, barriers (full and empty a
    * stage, two a map set), two map sets (the bytes of one of 2 bm rows). */
   if (t->ws)
-    return 1024 + pipe + (hm_gemm_is_w8a8(&cfg->layer) ? staged_c : staged_out) +
-           (2 * (size_t)t->stages + 4) * 8 + hm_gemm_maps_bytes(cfg, 2 * (size_t)t->bm);
+    return 1024 + pipe + staged_out + (2 * (size_t)t->stages + 4) * 8 +
+           hm_gemm_maps_bytes(cfg, 2 * (size_t)t->bm);
   return 1024 + (pipe > staged_c ? pipe : staged_c) + hm_gemm_maps_bytes(cfg, (size_t)t->bm);
 }

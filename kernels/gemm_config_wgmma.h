@@ -20,5 +20,7 @@ int hm_gemm_wgmma_acc_regs(const hm_gemm_tuning *t);
 /* Registers a thread keeps sums in: the accumulators, and for W8A8 as many again (the
  * stage partial sums, or int8's s32 sums of a segment beside their f32 results). */
 int hm_gemm_wgmma_sum_regs(const hm_gemm_config *cfg);
+/* The most sums hm_gemm_wgmma_sum_regs may count for cfg's kernel. */
+int hm_gemm_wgmma_max_sum_regs(const hm_gemm_config *cfg);
 
 #endif

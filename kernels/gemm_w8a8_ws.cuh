@@ -30,10 +30,11 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
   static constexpr int wn_regs = G::wtn / 2;  // accumulators of one m64 block (wgmma N = wtn)
   // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs about
   // 150 (accumulators, a stage's sums, addresses).
-  using layout = hm_ws_layout<C, W::pipe_bytes, G::c_bytes, 56>;
+  using layout = hm_ws_layout<C, W::pipe_bytes, hm_wg_c_out<C>::bytes, 56>;
   static constexpr int smem_bytes = layout::smem_bytes;
 
   static_assert(G::wtm % 64 == 0, "a warpgroup's tokens are whole m64 blocks");
+  static_assert(G::acc_regs + wn_regs <= 192, "accumulators and one m64 block's sums in a consumer's registers");
   static_assert(G::wtn % 64 == 0 && G::wtn <= (C::a_int8 ? 192 : 256), "wgmma N of 64..256 (int8: 192)");
   static_assert(!C::w_block || 128 % G::wtn == 0, "a warpgroup's columns lie in one 128-column scale block");
 };
@@ -90,36 +91,43 @@ __device__ __forceinline__ void hm_w8ss_load_token_scales(const hm_gemm_params &
   }
 }
 
-// A stage's sums of one thread in the MMA's type, shaped as the accumulators.
+// One m64 block's sums of a stage (folding configs), or every block's sums of a segment
+// (int8 without K-varying scales), in the MMA's type.
 template <class C>
-using hm_w8ss_part_t = hm_w8wg_part_t<C>;
+using hm_w8ss_block_t = typename hm_w8_sum<C::a_int8>::type[1][hm_w8ss_traits<C>::wn_regs];
+template <class C>
+using hm_w8ss_all_t = hm_w8wg_part_t<C>;
 
-// Issues the stage's wgmmas into part (committed, not waited for): per k32 step and m64
-// block one m64nNk32, A the block's token rows, B the step's units. FRESH: the first step
-// overwrites part.
-template <class C, bool FRESH>
-__device__ __forceinline__ void hm_w8ss_issue(const unsigned char *st, const hm_wg_place &at,
-                                              hm_w8ss_part_t<C> &part) {
+// Issues the wgmmas of m64 block mi for one stage into d (committed, not waited for): per
+// k32 step one m64nNk32, A the block's token rows, B the step's units. FRESH: the first
+// step overwrites d.
+template <class C, bool FRESH, class S>
+__device__ __forceinline__ void hm_w8ss_issue(const unsigned char *st, const hm_wg_place &at, int mi,
+                                              S (&d)[hm_w8ss_traits<C>::wn_regs]) {
   using T = hm_w8ss_traits<C>;
   using G = hm_wg_traits<C>;
   const unsigned base = hm_smem_addr(st);
-  const unsigned long long a0 = hm_wgmma_desc_k128(base + at.wm * G::wtm * 128);
+  // 64 rows of 128 bytes a block; 32 bytes of k a step within the swizzled rows.
+  const unsigned long long a0 = hm_wgmma_desc_k128(base + (at.wm * G::wtm + mi * 64) * 128);
   hm_wgmma_fence();
 #pragma unroll
   for (int s = 0; s < T::steps; ++s) {
     const unsigned b_addr = base + T::b_off + (s * G::bn_units + at.wn * G::wtn / 64) * hm_w8_unit_bytes;
     const unsigned long long b = hm_wgmma_desc_plain<128, 256>(b_addr);
-#pragma unroll
-    for (int mi = 0; mi < T::mt; ++mi) {
-      // 32 bytes of k a step within the swizzled 128-byte rows; 64 rows of 128 bytes a block.
-      const unsigned long long a = a0 + (unsigned long long)(mi * 64 * 128 / 16 + s * 2);
-      if (FRESH && s == 0)
-        hm_wgmma8_ss<G::wtn, false>(hm_w8ss_block<C>(part, mi), a, b);
-      else
-        hm_wgmma8_ss<G::wtn, true>(hm_w8ss_block<C>(part, mi), a, b);
-    }
+    if (FRESH && s == 0)
+      hm_wgmma8_ss<G::wtn, false>(d, a0 + (unsigned long long)(s * 2), b);
+    else
+      hm_wgmma8_ss<G::wtn, true>(d, a0 + (unsigned long long)(s * 2), b);
   }
   hm_wgmma_commit();
+}
+
+// Waits for the warpgroup's wgmmas and pins d after the wait (hm_w8wg_pin).
+template <class S, int R>
+__device__ __forceinline__ void hm_w8ss_wait(S (&d)[R]) {
+  hm_wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < R; ++i) hm_w8wg_pin(d[i]);
 }
 
 // The weight block scale of K block kb for the warpgroup's columns (1 without block scales).
@@ -148,18 +156,14 @@ __device__ __forceinline__ void hm_w8ss_row_scales(const unsigned char *st, cons
     }
 }
 
-// acc += part * s, s by token row.
+// Block mi of acc += d * s, s by token row.
 template <class C>
-__device__ __forceinline__ void hm_w8ss_fold(const float (&s)[hm_w8ss_traits<C>::mt][2],
-                                             hm_w8ss_part_t<C> &part, hm_wg_acc_t<C> &acc) {
+__device__ __forceinline__ void hm_w8ss_fold(const float (&s)[hm_w8ss_traits<C>::mt][2], int mi,
+                                             const hm_w8ss_block_t<C> &d, hm_wg_acc_t<C> &acc) {
   using T = hm_w8ss_traits<C>;
+  auto &a = hm_w8ss_block<C>(acc, mi);
 #pragma unroll
-  for (int mi = 0; mi < T::mt; ++mi) {
-    auto &d = hm_w8ss_block<C>(part, mi);
-    auto &a = hm_w8ss_block<C>(acc, mi);
-#pragma unroll
-    for (int i = 0; i < T::wn_regs; ++i) a[i] += (float)d[i] * s[mi][(i >> 1) & 1];
-  }
+  for (int i = 0; i < T::wn_regs; ++i) a[i] += (float)d[0][i] * s[mi][(i >> 1) & 1];
 }
 
 // acc *= the scales constant along K: per token (A row) and per channel (weight column).
@@ -198,38 +202,48 @@ __device__ __forceinline__ void hm_w8ss_finish(const hm_gemm_params &p, const hm
 }
 
 // Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ..., scales
-// applied. Folding configs wait out each stage's wgmmas, hand the stage back and fold;
-// the other warpgroup's wgmmas cover the fold. The row scales are read before the wgmmas
-// are issued and the next block scale is loaded a stage ahead, so that nothing but the
-// wgmmas lies between fence and commit. int8 without K-varying scales sums in place and
-// keeps one stage's wgmmas in flight while the next is issued.
+// applied. Folding configs take a stage's m64 blocks one at a time: issue its wgmmas, wait
+// them out, fold (the slot goes back after the last block's wait); the other warpgroup's
+// wgmmas cover each fold, and one block's sums in registers leave room for two blocks'
+// accumulators. The row scales are read before the wgmmas are issued and the next block
+// scale is loaded under them, so that nothing but the wgmmas lies between fence and
+// commit. int8 without K-varying scales sums every block in place and keeps one stage's
+// wgmmas in flight while the next is issued.
 template <class C>
 __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                  const hm_ws_ring &ring, unsigned &n, const int *a_row,
                                                  const hm_wg_place &at, hm_wg_acc_t<C> &acc) {
   using T = hm_w8ss_traits<C>;
-  hm_w8ss_part_t<C> part;
   if constexpr (T::fold) {
     hm_wg_acc_zero<C>(acc);
+    hm_w8ss_block_t<C> d;
     float ws = hm_w8ss_block_scale<C>(p, tile, kb, at);
     for (int kt = kb; kt < ke; ++kt, ++n) {
       const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
       float s[T::mt][2];
       hm_w8ss_row_scales<C>(st, at, ws, s);
-      hm_w8ss_issue<C, true>(st, at, part);
-      ws = hm_w8ss_block_scale<C>(p, tile, kt + 1 < ke ? kt + 1 : kt, at);
-      hm_w8wg_wait_stage<C>(part);
-      hm_ws_release<C>(ring, n, at.lane);
-      hm_w8ss_fold<C>(s, part, acc);
+#pragma unroll
+      for (int mi = 0; mi < T::mt; ++mi) {
+        hm_w8ss_issue<C, true>(st, at, mi, d[0]);
+        if (mi == T::mt - 1) ws = hm_w8ss_block_scale<C>(p, tile, kt + 1 < ke ? kt + 1 : kt, at);
+        hm_w8ss_wait(d[0]);
+        if (mi == T::mt - 1) hm_ws_release<C>(ring, n, at.lane);
+        hm_w8ss_fold<C>(s, mi, d, acc);
+      }
     }
   } else {
+    hm_w8ss_all_t<C> part;
 #pragma unroll
     for (int m = 0; m < T::mb; ++m)
 #pragma unroll
       for (int i = 0; i < T::wtm / 2; ++i) part[m][i] = 0;
     for (int kt = kb; kt < ke; ++kt, ++n) {
-      hm_w8ss_issue<C, false>(hm_ws_acquire<C, T::stage_bytes>(ring, n), at, part);
-      hm_wgmma_wait<1>();  // a no-op on the segment's first stage; no branch between wgmmas in flight
+      const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
+#pragma unroll
+      for (int mi = 0; mi < T::mt; ++mi) hm_w8ss_issue<C, false>(st, at, mi, hm_w8ss_block<C>(part, mi));
+      // This stage's groups in flight, the previous one's done (a no-op on the segment's
+      // first); no branch between wgmmas in flight.
+      hm_wgmma_wait<T::mt>();
       hm_ws_release<C>(ring, n - 1, at.lane, kt > kb);
     }
     hm_w8wg_wait_stage<C>(part);
@@ -242,27 +256,44 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
   hm_w8ss_finish<C>(p, tile, a_row, at, acc);
 }
 
-// The output tile staged in f32 as [token][column] (hm_wg_traits::c_pitch), lanes writing
-// their column pairs, then copied out as hm_wg_store_tile does.
+// The output tile staged in the output type beside the ring (hm_wg_c_out's pitch), bias
+// and scales applied on the way in, then copied out as whole rows. Half the bytes of f32
+// staging: bm 128 x bn 128 leaves room for five stages instead of four.
 template <class C>
-struct hm_w8ss_c_f32 {
+struct hm_w8ss_c_out {
+  static constexpr int pitch = hm_wg_c_out<C>::pitch;
+  static constexpr int bytes = hm_wg_c_out<C>::bytes;
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
                                                unsigned char *smem, const int *c_row, const float *row_scale,
                                                int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
     using T = hm_w8ss_traits<C>;
     hm_wg_place at;
     at.wm = wm, at.wn = wn, at.wq = wq, at.lane = lane;
+    const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
 #pragma unroll
-    for (int mi = 0; mi < T::mt; ++mi) {
-      const float *a = &acc[0][0] + mi * T::wn_regs;
-#pragma unroll
-      for (int i = 0; i < T::wn_regs; i += 2) {
-        const int row = hm_w8ss_row<C>(at, mi, (i >> 1) & 1);
-        *(float2 *)(smem + row * T::c_pitch + hm_w8ss_col<C>(at, i) * 4) = make_float2(a[i], a[i + 1]);
+    for (int j = 0; j < T::wn_regs / 4; ++j) {
+      const int col = hm_w8ss_col<C>(at, 4 * j);
+      float b0 = 0.0f, b1 = 0.0f;
+      if constexpr (C::bias) {
+        const int n = tile.n_tile * C::bn + col;
+        if (n < C::n) {
+          const hm_u32 bb = ((const hm_u32 *)p.bias)[((long long)tile.e * C::n + n) >> 1];
+          b0 = hm_h_to_f32<C::out_bf16>(bb), b1 = hm_h_to_f32<C::out_bf16>(bb >> 16);
+        }
       }
+#pragma unroll
+      for (int mi = 0; mi < T::mt; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float *a = &acc[0][0] + mi * T::wn_regs + 4 * j + 2 * h;
+          const int row = hm_w8ss_row<C>(at, mi, h);
+          const float rs = row_scale[row];
+          *(hm_u32 *)(smem + row * pitch + col * 2) =
+              hm_h2_from_f32<C::out_bf16>((a[0] * gs + b0) * rs, (a[1] * gs + b1) * rs);
+        }
     }
     hm_wg_sync<C>();
-    hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
+    hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
   }
 };
 
@@ -285,7 +316,7 @@ struct hm_w8ws_traits : hm_w8ss_traits<C> {
                                                const hm_sk_piece &sk, unsigned char *c_stage,
                                                const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                                hm_wg_acc_t<C> &acc) {
-    hm_wg_finish_segment<C, hm_w8ss_c_f32<C>>(p, tile, kb, ke, sk, c_stage, maps, at, acc);
+    hm_wg_finish_segment<C, hm_w8ss_c_out<C>>(p, tile, kb, ke, sk, c_stage, maps, at, acc);
   }
 };
 

@@ -139,6 +139,22 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
     }
 }
 
+// Copies a tile staged in the output type (PITCH bytes a row) out as whole rows (all
+// computing threads, after the staging is synchronized).
+template <class C, int PITCH>
+__device__ __forceinline__ void hm_wg_copy_rows(const hm_gemm_params &p, const hm_tile &tile,
+                                                const unsigned char *smem, const int *c_row) {
+  hm_u32 *c = (hm_u32 *)p.c;
+  constexpr int pairs = C::bn / 2;
+  for (int idx = threadIdx.x; idx < C::bm * pairs; idx += hm_wg_traits<C>::threads) {
+    const int r = idx / pairs, pc = idx % pairs;
+    const int col = tile.n_tile * C::bn + 2 * pc;
+    const int row = c_row[r];
+    if (row < 0 || col >= C::n) continue;
+    c[((long long)row * C::n + col) >> 1] = *(const hm_u32 *)(smem + r * PITCH + pc * 4);
+  }
+}
+
 // How a kernel stages its output tile for the coalesced copy out. In f32, bias and scales
 // applied on the way out (the non-specialized kernels, whose drained ring holds it).
 template <class C>
@@ -163,14 +179,6 @@ struct hm_wg_c_out {
                                                int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
     hm_wg_stage_out<C, pitch>(p, tile, smem, row_scale, wm, wn, wq, lane, acc);
     hm_wg_sync<C>();
-    hm_u32 *c = (hm_u32 *)p.c;
-    constexpr int pairs = C::bn / 2;
-    for (int idx = threadIdx.x; idx < C::bm * pairs; idx += hm_wg_traits<C>::threads) {
-      const int r = idx / pairs, pc = idx % pairs;
-      const int col = tile.n_tile * C::bn + 2 * pc;
-      const int row = c_row[r];
-      if (row < 0 || col >= C::n) continue;
-      c[((long long)row * C::n + col) >> 1] = *(const hm_u32 *)(smem + r * pitch + pc * 4);
-    }
+    hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
   }
 };

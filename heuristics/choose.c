@@ -16,17 +16,18 @@
 
 /* Upper ends of a dense layer's buckets, in rows; the last bucket is open. 8 rows is the
  * decode tile's height. */
-static const int64_t dense_rows[] = {1, 4, 8, 16, 32, 64, 128, 512};
+static const int64_t dense_rows[] = {1, 4, 8, 16, 32, 64, 128, 512, 2048};
 /*
  * A MoE layer's, in rows per expert as 64ths. At decode an expert sees a fraction of a
  * row (DeepSeek-V3, top 8 of 256: 1/32 a token), and 1-4 tokens (<= 1/8) want other
  * kernels than 16 (1/2): two CTAs an SM, data-parallel or Stream-K one (docs/PERF.md
  * eighth session). One token (1/32) has its own: DeepSeek-V3's gate_up ran it 1.07x
  * faster on Stream-K one CTA an SM than on the two that four tokens want (1.09x the
- * other way; eleventh session). 32 and 512 rows an expert gave way: either side of each
- * chose the same tile (DeepSeek-V3 and Qwen3 on the H200).
+ * other way; eleventh session). 32 rows an expert gave way: either side chose the same
+ * tile (DeepSeek-V3 and Qwen3 on the H200). Past 512 rows an expert (dense: 512 rows) W8A8's
+ * warp-specialized tile takes 256 tokens (HM_GEMM_W8A8_TALL_ROWS).
  */
-static const int64_t moe_rows_x64[] = {2, 8, 32, 64, 256, 1024, 4096, 8192};
+static const int64_t moe_rows_x64[] = {2, 8, 32, 64, 256, 1024, 4096, 8192, 32768};
 #define BUCKETS ((int)HM_ARRAY_SIZE(dense_rows) + 1)
 #define SAMPLES 3
 
@@ -137,7 +138,8 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
                            const hm_gemm_tuning *cands, int count, int64_t m_lo, int64_t m_hi, int *best,
                            double *predicted_us) {
   hm_gemm_config table;
-  const bool has_table = hm_gemm_select(base, hm_choose_bucket_m(m_lo, m_hi), &table) == HM_OK;
+  const int64_t judge_m = hm_choose_bucket_m(m_lo, m_hi);
+  const bool has_table = hm_gemm_select(base, judge_m, &table) == HM_OK;
   scored overall = {-1, INFINITY, 0}, table_tile = {-1, INFINITY, 0};
   for (int i = 0; i < count; i++) {
     hm_gemm_config cfg = *base;
@@ -146,7 +148,7 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
     HM_CHECK(hm_choose_score(lc, &cfg, p, m_lo, m_hi, &score, &at_judge));
     keep_if_better(&overall, i, score, at_judge, false);
     hm_gemm_config as_run = cfg;
-    HM_CHECK(hm_gemm_prefer_ws(&as_run));
+    HM_CHECK(hm_gemm_prefer_ws(&as_run, judge_m));
     const bool is_table = has_table && hm_choose_tuning_equal(&as_run.tuning, &table.tuning);
     if (is_table || (has_table && decode_reschedule(&table.tuning, &cands[i])))
       keep_if_better(&table_tile, i, score, at_judge, is_table);
@@ -177,7 +179,7 @@ hm_status hm_choose_config(const hm_layer_config *lc, hm_gemm_type type, const h
     *out = base;
     out->tuning = cands[best];
     if (predicted_us) *predicted_us = predicted;
-    ret = hm_gemm_prefer_ws(out);
+    ret = hm_gemm_prefer_ws(out, hm_choose_bucket_m(m_lo, m_hi));
   }
   free(cands);
   return ret;
@@ -239,17 +241,17 @@ hm_status hm_choose_plan(const hm_layer_config *lc, hm_gemm_type type, const hm_
     double predicted = 0;
     hm_choose_bucket(lc, type, b, &lo, &hi);
     HM_CHECK_GOTO(pick_best(lc, &base, profile, cands, count, lo, hi, &best, &predicted), done);
+    hm_gemm_config as_run = base;
+    as_run.tuning = cands[best];
+    HM_CHECK_GOTO(hm_gemm_prefer_ws(&as_run, hm_choose_bucket_m(lo, hi)), done);
     const int last = out->count - 1;
-    if (last >= 0 && hm_choose_tuning_equal(&out->cfg[last].tuning, &cands[best])) {
+    if (last >= 0 && hm_choose_tuning_equal(&out->cfg[last].tuning, &as_run.tuning)) {
       out->m_hi[last] = hi;
       continue;
     }
-    out->cfg[out->count] = base;
-    out->cfg[out->count].tuning = cands[best];
+    out->cfg[out->count] = as_run;
     out->m_hi[out->count++] = hi;
   }
-  /* After the buckets are merged, which compares the candidates as scored. */
-  for (int i = 0; i < out->count && ret == HM_OK; i++) ret = hm_gemm_prefer_ws(&out->cfg[i]);
 done:
   free(cands);
   return ret;

@@ -70,7 +70,7 @@ static hm_status gather(const hm_tune_request *req, const hm_device_profile *p, 
   for (int i = 0; i < n; i++) {
     hm_gemm_config as_run = base;
     as_run.tuning = ranked[i];
-    HM_CHECK(hm_gemm_prefer_ws(&as_run));
+    HM_CHECK(hm_gemm_prefer_ws(&as_run, b->m));
     HM_CHECK(add_candidate(w, &base, &ranked[i]));
     HM_CHECK(add_candidate(w, &base, &as_run.tuning));
   }

@@ -171,17 +171,15 @@ size_t hm_gemm_w8a8_wgmma_stage_bytes(const hm_gemm_config *cfg) {
 }
 
 /* The warp-specialized kernel (gemm_w8a8_ws.cuh) runs a warpgroup's tokens as m64 blocks
- * and its columns as the wgmma N: whole m64 blocks, N up to 256 (int8: 192), and with block
- * scales one 128-column block a warpgroup. */
+ * and its columns as the wgmma N: whole m64 blocks, and with block scales one 128-column
+ * block a warpgroup. The rule on its sums (hm_gemm_wgmma_max_sum_regs) keeps N at 192 or
+ * below. */
 static hm_status check_ws_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const int rows = t->bm / t->warps_m, cols = t->bn / (t->warps_n / 4);
   if (rows % 64 != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 warp-specialized GEMM: %d token rows a warpgroup (whole m64 blocks)",
             rows);
-  if (cols > (cfg->layer.act == HM_I8 ? 192 : 256))
-    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 warp-specialized GEMM: %d columns a warpgroup (wgmma N up to %d)",
-            cols, cfg->layer.act == HM_I8 ? 192 : 256);
   if (cfg->layer.group_n != 0 && 128 % cols != 0)
     HM_FAIL(HM_INVALID_ARGUMENT,
             "W8A8 warp-specialized GEMM: %d columns a warpgroup straddle 128-column scale blocks", cols);

@@ -123,7 +123,8 @@ static int row_class(const hm_gemm_config *base, int64_t valid_m) {
   return ROW_CLASS_COUNT - 1;
 }
 
-static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_config *out) {
+/* valid_m: the M the tile is chosen for (hm_gemm_prefer_ws). */
+static hm_status select_class(const hm_gemm_config *base, int cls, int64_t valid_m, hm_gemm_config *out) {
   *out = *base;
   out->tuning = tuning_for_class(cls, base->compute.batch_invariant);
   if (cls >= WGMMA_FIRST_CLASS && wgmma_class_applies(base)) out->tuning = wgmma_tuning_for_class(base, cls);
@@ -133,7 +134,7 @@ static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_confi
   fit_columns(&out->tuning, base->layer.n);
   HM_CHECK(fit_smem(out));
   HM_CHECK(hm_gemm_config_check(out));
-  return hm_gemm_prefer_ws(out);
+  return hm_gemm_prefer_ws(out, valid_m);
 }
 
 /*
@@ -143,7 +144,7 @@ static hm_status select_class(const hm_gemm_config *base, int cls, hm_gemm_confi
  * launches gather their token rows) it ran 0.75x, and 16-bit weights and tiles under 128
  * tokens were not measured.
  */
-hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg) {
+hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   HM_CHECK_NOT_NULL(cfg);
   const hm_gemm_tuning *t = &cfg->tuning;
   const bool quantized = hm_gemm_is_w8a8(&cfg->layer) || hm_gemm_weight_bits(cfg->layer.weight) < 16;
@@ -154,10 +155,14 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg) {
   ws.tuning.ws = true;
   /* W8A8's warp-specialized kernel takes tokens as the wgmma M: a warpgroup's 64 token rows
    * against all bn columns make one m64nNk32 a k32 step with the widest N, and two row
-   * scales a thread a fold (gemm_w8a8_ws.cuh). */
+   * scales a thread a fold (gemm_w8a8_ws.cuh). 256 tokens a tile read half the L2 bytes a
+   * flop of 128, which is what bounds the 128-token tile: fp8 block-scaled groups of 4096
+   * rows ran 1.29x (gate_up) and 1.23x (down) faster on it (docs/PERF.md, fourteenth
+   * session). Fewer rows an expert would pad more of each tile. */
   if (hm_gemm_is_w8a8(&cfg->layer) && t->bm == 128) {
     ws.tuning.warps_m = 2;
     ws.tuning.warps_n = 4;
+    if (valid_m / effective_experts(cfg) > HM_GEMM_W8A8_TALL_ROWS) ws.tuning.bm = 256;
   }
   hm_error_quiet_begin();
   const bool fits = hm_gemm_tma_a(&ws) && fit_smem(&ws) == HM_OK && ws.tuning.bk == t->bk &&
@@ -170,7 +175,7 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg) {
 hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_config *out) {
   HM_CHECK_NOT_NULL(base);
   HM_CHECK_NOT_NULL(out);
-  return select_class(base, row_class(base, valid_m), out);
+  return select_class(base, row_class(base, valid_m), valid_m, out);
 }
 
 hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out) {
@@ -179,11 +184,12 @@ hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out) {
   memset(out, 0, sizeof(*out));
   const int64_t experts = effective_experts(base);
   if (swap_class_applies(base)) {
-    HM_CHECK(select_class(base, SWAP_CLASS, &out->cfg[out->count]));
+    HM_CHECK(select_class(base, SWAP_CLASS, 0, &out->cfg[out->count]));
     out->m_hi[out->count++] = SWAP_ROWS * experts;
   }
+  /* Each class's kernel as chosen for its smallest M. */
   for (int cls = 0; cls < ROW_CLASS_COUNT; cls++) {
-    HM_CHECK(select_class(base, cls, &out->cfg[out->count]));
+    HM_CHECK(select_class(base, cls, cls > 0 ? row_classes[cls - 1] * experts : 0, &out->cfg[out->count]));
     out->m_hi[out->count++] = cls < (int)HM_ARRAY_SIZE(row_classes) ? row_classes[cls] * experts : INT64_MAX;
   }
   return HM_OK;

@@ -35,7 +35,7 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
 
   static_assert(G::wtm % 64 == 0, "a warpgroup's tokens are whole m64 blocks");
   static_assert(G::acc_regs + wn_regs <= 192, "accumulators and one m64 block's sums in a consumer's registers");
-  static_assert(G::wtn % 64 == 0 && G::wtn <= (C::a_int8 ? 192 : 256), "wgmma N of 64..256 (int8: 192)");
+  static_assert(G::wtn % 64 == 0 && G::wtn <= 192, "wgmma N of 64, 128 or 192");
   static_assert(!C::w_block || 128 % G::wtn == 0, "a warpgroup's columns lie in one 128-column scale block");
 };
 

@@ -76,7 +76,6 @@ __device__ __forceinline__ void hm_wgmma8_rs(int (&d)[N / 2], const hm_u32 (&a)[
 #define HM_WG8_SS_TAIL_64 "%32, %33"
 #define HM_WG8_SS_TAIL_128 "%64, %65"
 #define HM_WG8_SS_TAIL_192 "%96, %97"
-#define HM_WG8_SS_TAIL_256 "%128, %129"
 #define HM_WG8_SS_F8_ASM(n, acc)                                                           \
   asm volatile("wgmma.mma_async.sync.aligned.m64n" #n "k32.f32.e4m3.e4m3 {" HM_WG_REGS_##n \
                "}, " HM_WG8_SS_TAIL_##n ", " acc ", 1, 1;\n"                              \
@@ -88,15 +87,15 @@ __device__ __forceinline__ void hm_wgmma8_rs(int (&d)[N / 2], const hm_u32 (&a)[
                : HM_WG8_OPS_##n                                                                                \
                : "l"(desc_a), "l"(desc_b))
 
-// One m64nNk32 of the warpgroup from two descriptors; N 64, 128, 192 or 256 (int8: not 256).
+// One m64nNk32 of the warpgroup from two descriptors; N 64, 128 or 192 (the warp-specialized
+// kernel's register rule allows no wider).
 template <int N, bool ACC>
 __device__ __forceinline__ void hm_wgmma8_ss(float (&d)[N / 2], unsigned long long desc_a,
                                              unsigned long long desc_b) {
-  static_assert(N % 64 == 0 && N >= 64 && N <= 256, "fp8 wgmma_ss N must be 64, 128, 192 or 256");
+  static_assert(N % 64 == 0 && N >= 64 && N <= 192, "fp8 wgmma_ss N must be 64, 128 or 192");
   HM_WG8_CASE(64, HM_WG8_SS_F8_ASM)
   HM_WG8_CASE(128, HM_WG8_SS_F8_ASM)
   HM_WG8_CASE(192, HM_WG8_SS_F8_ASM)
-  HM_WG8_CASE(256, HM_WG8_SS_F8_ASM)
 }
 
 template <int N, bool ACC>

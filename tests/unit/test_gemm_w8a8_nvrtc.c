@@ -139,9 +139,12 @@ static void unsupported_configs_are_refused(void **state) {
   bad.layer.weight = HM_I4; /* W4A8 int4 takes int8 activations */
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
   assert_non_null(strstr(hm_last_error(), "W4A8"));
-  /* The wgmma kernel: sm_90a only, bk 128, partial sums beside the accumulators. */
+  /* The wgmma kernels: sm_90a only, bk 128. Past 512 rows the warp-specialized one, 256
+   * tokens a tile, a warpgroup per 128 of them. */
   HM_ASSERT_OK(hm_gemm_select(&base, 4096, &c));
   assert_int_equal(c.tuning.mma, HM_MMA_WGMMA);
+  assert_true(c.tuning.ws);
+  assert_int_equal(c.tuning.bm, 256);
   bad = c;
   bad.arch = 89;
   assert_int_equal(hm_gemm_config_check(&bad), HM_UNSUPPORTED);
@@ -151,11 +154,17 @@ static void unsupported_configs_are_refused(void **state) {
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "must be 128"));
   bad = c;
-  bad.tuning.bm = 256; /* 64 columns x 256 tokens: 128 accumulators and 128 partial sums */
+  bad.tuning.bm = 192; /* 96 tokens a warpgroup: not whole m64 blocks */
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "m64"));
+  /* The plain kernel keeps all its partial sums beside the accumulators. */
+  bad = c;
+  bad.tuning.ws = false; /* 128 columns x 128 tokens a warpgroup: 128 accumulators and 128 partial sums */
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "partial sums"));
-  bad = c;
+  bad.tuning.bm = 128;
   bad.tuning.bn = 256; /* 4 warpgroups of 64 columns: 128 registers a thread */
+  bad.tuning.warps_m = 1;
   bad.tuning.warps_n = 16;
   bad.tuning.stages = 4;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);

@@ -87,10 +87,10 @@ static const hm_gemm_tuning w8a8_shapes[] = {
 
 /* Warp-specialized (gemm_w8a8_ws.cuh): two consumer warpgroups, one CTA an SM. */
 static const hm_gemm_tuning w8a8_ws_shapes[] = {
-    {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* the large-M default */
-    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true},  /* the 33..64-row default */
-    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups */
-    {96, 128, 128, 1, 8, 1, 3, true, 2, 1, HM_MMA_WGMMA, true},  /* N = 96, 3 stages */
+    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true}, /* the default to 512 rows an expert */
+    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* past 512 rows an expert */
+    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 64 tokens, N = 128 a warpgroup */
+    {128, 128, 128, 1, 8, 1, 3, true, 2, 1, HM_MMA_WGMMA, true}, /* two m64 blocks, N = 64, 3 stages */
 };
 
 static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
@@ -222,7 +222,8 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
 }
 
 static void expect_refused(const hm_gemm_config *c, hm_status want, const char *words) {
-  assert_int_equal(hm_gemm_config_check(c), want);
+  const hm_status got = hm_gemm_config_check(c);
+  if (got != want) fail_msg("a config refused for '%s' got status %d, not %d", words, (int)got, (int)want);
   if (strstr(hm_last_error(), words) == NULL)
     fail_msg("error '%s' does not name '%s'", hm_last_error(), words);
 }
@@ -270,15 +271,23 @@ static void configs_it_cannot_run_are_refused(void **state) {
   const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_ws_shapes[0]);
   HM_ASSERT_OK(hm_gemm_config_check(&ws));
   c = ws;
-  c.tuning.bn = 64;
-  c.tuning.warps_n = 4;
+  c.tuning.bm = 64;
+  c.tuning.warps_m = 1; /* one consumer warpgroup */
   expect_refused(&c, HM_INVALID_ARGUMENT, "two consumer warpgroups");
   c = ws;
   c.tuning.ctas_per_sm = 2;
   expect_refused(&c, HM_INVALID_ARGUMENT, "one CTA an SM");
   c = ws;
-  c.tuning.stages = 5; /* the staged C tile has its own bytes: 5 stages of 33 KiB do not fit */
+  c.tuning.stages = 6; /* the staged C tile has its own bytes: 6 stages of 33 KiB do not fit */
   expect_refused(&c, HM_UNSUPPORTED, "shared memory");
+  c = ws;
+  c.tuning.bm = 192; /* 96 tokens a warpgroup */
+  c.tuning.stages = 3;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "m64 blocks");
+  c = ws;
+  c.tuning.bn = 192; /* N = 192 a warpgroup straddles two 128-column scale blocks */
+  c.tuning.stages = 3;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "scale blocks");
   const hm_gemm_config wo = config_of(&formats[0], HM_GEMM_DENSE, &ws_shapes[0]);
   HM_ASSERT_OK(hm_gemm_config_check(&wo));
   c = wo;
@@ -310,12 +319,12 @@ static void shared_memory_accounting(void **state) {
   assert_int_equal(hm_gemm_wgmma_acc_regs(&c.tuning), 128);
   /* Stream-K: counters for 4 CTAs per SM (rounded to 256 bytes), then 2 partial tiles a CTA. */
   assert_int_equal(hm_gemm_workspace_bytes(&c, 132), 2304 + (size_t)2 * 132 * 128 * 256 * 4);
-  /* Warp-specialized W8A8, fp8 blocks, 1x128 activation scales, masked: 4 stages of A 16384 +
-   * units 16384 + scales 512 (rounded to 33792), the staged tile beside them, 12 barriers,
-   * two map sets, flag, prefix; and a producer warpgroup. */
+  /* Warp-specialized W8A8, fp8 blocks, 1x128 activation scales, masked: 5 stages of A 16384 +
+   * units 16384 + scales 512 (rounded to 33792), the tile staged in bf16 beside them with a
+   * pitch of 260 bytes, 14 barriers, two map sets, flag, prefix; and a producer warpgroup. */
   const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_GROUPED_MASKED, &w8a8_ws_shapes[0]);
   assert_int_equal(hm_gemm_config_smem_bytes(&ws),
-                   1024 + 4 * 33792 + 128 * (128 * 4 + 8) + 12 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+                   1024 + 5 * 33792 + 128 * (128 * 2 + 4) + 14 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
   assert_int_equal(hm_gemm_config_threads(&ws), 384);
   /* Warp-specialized u4 g128 with zero points, bm 128, bn 256, bk 128: 3 stages of A 32768 +
    * units 16384 + scales 512 + zeros 256 (rounded to 50176), the tile staged in bf16 with a
@@ -374,7 +383,8 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       const int64_t experts = type == HM_GEMM_DENSE ? 1 : base.layer.experts;
       expect_wgmma_from_64_rows(&base, (hm_gemm_type)type, &mid, &large);
       assert_int_equal(large.tuning.bk, 128);
-      assert_int_equal(large.tuning.bm, 128);
+      /* 4096 rows an expert: the warp-specialized 256-token tile where tokens come by TMA. */
+      assert_int_equal(large.tuning.bm, type != HM_GEMM_INDEXED ? 256 : 128);
       assert_false(mid.tuning.ws);
       assert_int_equal(large.tuning.ws, type != HM_GEMM_INDEXED);
       base.arch = 89;

@@ -144,14 +144,38 @@ static hm_status select_class(const hm_gemm_config *base, int cls, int64_t valid
  * launches gather their token rows) it ran 0.75x, and 16-bit weights and tiles under 128
  * tokens were not measured.
  */
+/*
+ * W8A8 grouped launches (masked, contiguous) of 32- and 64-row tiles: the warp-specialized
+ * kernel's 64-token tile, two warpgroups of 128 columns, streams the experts' weights at the
+ * copy rate. fp8 block-scaled masked gate_up at 256 and 1024 rows an expert (DeepSeek-V3)
+ * ran 1752 and 1827 us on it (4.2-4.3 TB/s), 1.53x and 2.10x the mma.sync bm32 and bm64
+ * tiles the cost model picks (docs/PERF.md, fourteenth session). Dense layers keep theirs:
+ * one expert's few 64-token tiles would leave most SMs to Stream-K.
+ */
+static bool w8a8_grouped_mid(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  const hm_gemm_type type = cfg->compute.type;
+  return hm_gemm_is_w8a8(&cfg->layer) && cfg->arch == 90 && !t->ws && (t->bm == 32 || t->bm == 64) &&
+         (type == HM_GEMM_GROUPED_MASKED || type == HM_GEMM_GROUPED_CONTIGUOUS) && wgmma_class_applies(cfg);
+}
+
 hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   HM_CHECK_NOT_NULL(cfg);
   const hm_gemm_tuning *t = &cfg->tuning;
   const bool quantized = hm_gemm_is_w8a8(&cfg->layer) || hm_gemm_weight_bits(cfg->layer.weight) < 16;
+  hm_gemm_config ws = *cfg;
+  if (w8a8_grouped_mid(cfg)) {
+    ws.tuning = (hm_gemm_tuning){64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
+    fit_columns(&ws.tuning, cfg->layer.n);
+    hm_error_quiet_begin();
+    const bool fits = hm_gemm_tma_a(&ws) && fit_smem(&ws) == HM_OK && hm_gemm_config_check(&ws) == HM_OK;
+    hm_error_quiet_end();
+    if (fits) *cfg = ws;
+    return HM_OK;
+  }
   if (t->mma != HM_MMA_WGMMA || t->ws || t->bm < 128 || t->warps_m * t->warps_n * t->warps_k != 8 ||
       t->ctas_per_sm != 1 || !quantized)
     return HM_OK;
-  hm_gemm_config ws = *cfg;
   ws.tuning.ws = true;
   /* W8A8's warp-specialized kernel takes tokens as the wgmma M: a warpgroup's 64 token rows
    * against all bn columns make one m64nNk32 a k32 step with the widest N, and two row

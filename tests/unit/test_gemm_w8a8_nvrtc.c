@@ -98,11 +98,13 @@ static void plans_are_legal(void **state) {
           for (int j = 0; j < plan.count; j++) {
             const hm_gemm_config *c = &plan.cfg[j];
             const int64_t m_lo = j == 0 ? 0 : plan.m_hi[j - 1];
-            const bool wgmma = archs[a] == 90 && !inv && m_lo >= 32 * experts;
+            const bool grouped = t == HM_GEMM_GROUPED_MASKED || t == HM_GEMM_GROUPED_CONTIGUOUS;
+            const bool wgmma = archs[a] == 90 && !inv && m_lo >= (grouped ? 16 : 32) * experts;
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
-            /* Warp-specialized with TMA token tiles (hm_gemm_prefer_ws): 128-token tiles, not indexed. */
-            assert_int_equal(c->tuning.ws, wgmma && c->tuning.bm >= 128 && t != HM_GEMM_INDEXED);
+            /* Warp-specialized with TMA token tiles (hm_gemm_prefer_ws): 128-token tiles, not
+             * indexed; grouped launches from 17 rows an expert. */
+            assert_int_equal(c->tuning.ws, wgmma && t != HM_GEMM_INDEXED && (c->tuning.bm >= 128 || grouped));
             assert_int_equal(c->tuning.bm == 8, j == 0 && !inv);
             if (c->tuning.bm == 8) assert_true(plan.m_hi[0] == 8 * experts);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)

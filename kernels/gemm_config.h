@@ -51,7 +51,9 @@ typedef struct hm_gemm_tuning {
   int ctas_per_sm;                /* persistent CTAs per SM */
   hm_gemm_mma mma;                /* wgmma: warps_n a multiple of 4 (a warpgroup), warps_k 1 */
   bool ws;                        /* warp-specialized (wgmma): one more warpgroup loads the stages
-                                     that the warps_m x warps_n warps compute */
+                                     that the warps_m x warps_n warps compute; W8A8's takes the
+                                     tokens as A and the weights as B, both from shared memory
+                                     (gemm_w8a8_ws.cuh) */
 } hm_gemm_tuning;
 
 typedef struct hm_gemm_config {

@@ -273,14 +273,7 @@ struct hm_w8ss_c_out {
 #pragma unroll
     for (int j = 0; j < T::wn_regs / 4; ++j) {
       const int col = hm_w8ss_col<C>(at, 4 * j);
-      float b0 = 0.0f, b1 = 0.0f;
-      if constexpr (C::bias) {
-        const int n = tile.n_tile * C::bn + col;
-        if (n < C::n) {
-          const hm_u32 bb = ((const hm_u32 *)p.bias)[((long long)tile.e * C::n + n) >> 1];
-          b0 = hm_h_to_f32<C::out_bf16>(bb), b1 = hm_h_to_f32<C::out_bf16>(bb >> 16);
-        }
-      }
+      const float2 b = hm_wg_bias_pair<C>(p, tile, col);
 #pragma unroll
       for (int mi = 0; mi < T::mt; ++mi)
 #pragma unroll
@@ -289,7 +282,7 @@ struct hm_w8ss_c_out {
           const int row = hm_w8ss_row<C>(at, mi, h);
           const float rs = row_scale[row];
           *(hm_u32 *)(smem + row * pitch + col * 2) =
-              hm_h2_from_f32<C::out_bf16>((a[0] * gs + b0) * rs, (a[1] * gs + b1) * rs);
+              hm_h2_from_f32<C::out_bf16>((a[0] * gs + b.x) * rs, (a[1] * gs + b.y) * rs);
         }
     }
     hm_wg_sync<C>();

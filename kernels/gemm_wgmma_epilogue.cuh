@@ -104,6 +104,20 @@ __device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const 
   hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
 }
 
+// The bias of tile column col and the next one (zeros past N or without a bias).
+template <class C>
+__device__ __forceinline__ float2 hm_wg_bias_pair(const hm_gemm_params &p, const hm_tile &tile, int col) {
+  float2 b = make_float2(0.0f, 0.0f);
+  if constexpr (C::bias) {
+    const int n = tile.n_tile * C::bn + col;
+    if (n < C::n) {
+      const hm_u32 bb = ((const hm_u32 *)p.bias)[((long long)tile.e * C::n + n) >> 1];
+      b = make_float2(hm_h_to_f32<C::out_bf16>(bb), hm_h_to_f32<C::out_bf16>(bb >> 16));
+    }
+  }
+  return b;
+}
+
 // The accumulators into a staging tile in the output type, bias and scales applied on the
 // way in, lanes paired as in hm_wg_stage_tile so that each writes one column pair.
 template <class C, int PITCH>
@@ -118,14 +132,7 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int col = wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd;
-      float b0 = 0.0f, b1 = 0.0f;
-      if constexpr (C::bias) {
-        const int n = tile.n_tile * C::bn + col;
-        if (n < C::n) {
-          const hm_u32 bb = ((const hm_u32 *)p.bias)[((long long)tile.e * C::n + n) >> 1];
-          b0 = hm_h_to_f32<C::out_bf16>(bb), b1 = hm_h_to_f32<C::out_bf16>(bb >> 16);
-        }
-      }
+      const float2 b = hm_wg_bias_pair<C>(p, tile, col);
 #pragma unroll
       for (int i = 2 * h; i < T::wtm / 2; i += 4) {
         const float send = odd ? acc[m][i] : acc[m][i + 1];
@@ -134,7 +141,7 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
         const float x = odd ? recv : acc[m][i], y = odd ? acc[m][i + 1] : recv;
         const float rs = row_scale[token];
         *(hm_u32 *)(stage + token * PITCH + col * 2) =
-            hm_h2_from_f32<C::out_bf16>((x * gs + b0) * rs, (y * gs + b1) * rs);
+            hm_h2_from_f32<C::out_bf16>((x * gs + b.x) * rs, (y * gs + b.y) * rs);
       }
     }
 }

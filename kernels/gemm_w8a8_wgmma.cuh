@@ -184,21 +184,11 @@ __device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, co
 }
 
 // A thread's K-varying scale of each accumulator pair for one stage, s[m][2 * (i / 4) + i % 2]:
-// the weight block scale of 64-column block m (ws) times the token's 1x128 scale (in st).
-// Kept apart from the fold so that a kernel with the registers for them makes them off
-// the fold's path (the warp-specialized one: under the previous stage's fold), but never
-// between a stage's wgmmas: ptxas interleaves them there and the wgmmas wait for the
-// loads (docs/PERF.md, thirteenth session).
+// the weight block scale of 64-column block m (ws) times the token's 1x128 scale (in st),
+// made after the stage's wgmmas are waited for: ptxas interleaves loads issued between
+// them with the wgmmas, which then wait for the loads (docs/PERF.md, thirteenth session).
 template <class C>
 using hm_w8wg_scales_t = float[hm_wg_traits<C>::mb][hm_wg_traits<C>::wtm / 4];
-
-// The 1x128 scales of the two tokens of accumulators i..i+3 (i a multiple of 4); 1 without them.
-template <class C>
-__device__ __forceinline__ float2 hm_w8wg_token_scales(const unsigned char *st, const hm_wg_place &at, int i) {
-  if constexpr (C::a_group)
-    return *(const float2 *)(st + hm_w8wg_traits<C>::sa_off + hm_w8wg_row<C>(at, i) * 4);
-  return make_float2(1.0f, 1.0f);
-}
 
 template <class C>
 __device__ __forceinline__ void hm_w8wg_stage_scales(const unsigned char *st, const hm_wg_place &at,
@@ -207,7 +197,9 @@ __device__ __forceinline__ void hm_w8wg_stage_scales(const unsigned char *st, co
   using T = hm_w8wg_traits<C>;
 #pragma unroll
   for (int i = 0; i < T::wtm / 2; i += 4) {
-    const float2 sa = hm_w8wg_token_scales<C>(st, at, i);
+    // The 1x128 scales of the two tokens of accumulators i..i+3.
+    float2 sa = make_float2(1.0f, 1.0f);
+    if constexpr (C::a_group) sa = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, i) * 4);
 #pragma unroll
     for (int m = 0; m < T::mb; ++m) {
       s[m][i / 2] = sa.x * ws[m];
@@ -225,31 +217,6 @@ __device__ __forceinline__ void hm_w8wg_fold(const hm_w8wg_scales_t<C> &s, const
   for (int m = 0; m < T::mb; ++m)
 #pragma unroll
     for (int i = 0; i < T::wtm / 2; ++i) acc[m][i] += (float)part[m][i] * s[m][2 * (i >> 2) + (i & 1)];
-}
-
-// hm_w8wg_fold, then s = the scale products of stage st (hm_w8wg_stage_scales), pair by
-// pair: each product takes the registers of the one it replaces, and its load waits under
-// the other pairs' FFMAs.
-template <class C>
-__device__ __forceinline__ void hm_w8wg_fold_rescale(const hm_w8wg_part_t<C> &part, const unsigned char *st,
-                                                     const hm_wg_place &at,
-                                                     const float (&ws)[hm_wg_traits<C>::mb],
-                                                     hm_w8wg_scales_t<C> &s, hm_wg_acc_t<C> &acc) {
-  using T = hm_w8wg_traits<C>;
-  float2 sa[T::wtm / 8];
-#pragma unroll
-  for (int j = 0; j < T::wtm / 8; ++j) sa[j] = hm_w8wg_token_scales<C>(st, at, 4 * j);
-#pragma unroll
-  for (int m = 0; m < T::mb; ++m)
-#pragma unroll
-    for (int j = 0; j < T::wtm / 8; ++j) {
-      acc[m][4 * j] += (float)part[m][4 * j] * s[m][2 * j];
-      acc[m][4 * j + 1] += (float)part[m][4 * j + 1] * s[m][2 * j + 1];
-      acc[m][4 * j + 2] += (float)part[m][4 * j + 2] * s[m][2 * j];
-      acc[m][4 * j + 3] += (float)part[m][4 * j + 3] * s[m][2 * j + 1];
-      s[m][2 * j] = sa[j].x * ws[m];
-      s[m][2 * j + 1] = sa[j].y * ws[m];
-    }
 }
 
 // acc *= the scales constant along K: per token (A row) and per channel (weight column).

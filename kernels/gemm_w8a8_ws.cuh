@@ -28,8 +28,8 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
   using G = hm_wg_traits<C>;
   static constexpr int mt = G::wtm / 64;      // m64 blocks of a warpgroup
   static constexpr int wn_regs = G::wtn / 2;  // accumulators of one m64 block (wgmma N = wtn)
-  // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs about
-  // 150 (accumulators, a stage's sums, addresses).
+  // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs up to
+  // about 220 of the 224 this leaves it (192 sums, descriptors, scales, addresses).
   using layout = hm_ws_layout<C, W::pipe_bytes, hm_wg_c_out<C>::bytes, 56>;
   static constexpr int smem_bytes = layout::smem_bytes;
 

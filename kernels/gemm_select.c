@@ -155,7 +155,7 @@ static hm_status select_class(const hm_gemm_config *base, int cls, int64_t valid
 static bool w8a8_grouped_mid(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const hm_gemm_type type = cfg->compute.type;
-  return hm_gemm_is_w8a8(&cfg->layer) && cfg->arch == 90 && !t->ws && (t->bm == 32 || t->bm == 64) &&
+  return hm_gemm_is_w8a8(&cfg->layer) && !t->ws && (t->bm == 32 || t->bm == 64) &&
          (type == HM_GEMM_GROUPED_MASKED || type == HM_GEMM_GROUPED_CONTIGUOUS) && wgmma_class_applies(cfg);
 }
 

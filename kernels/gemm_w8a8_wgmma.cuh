@@ -44,8 +44,6 @@ struct hm_w8wg_traits : hm_wg_traits<C> {
 
   static_assert(C::bk == 128, "one 128-byte swizzle row of tokens a stage, one K scale block");
   static_assert((k16 + steps - 1) / steps == G::k_iters, "the schedule counts k-tiles as the kernel does");
-  // The warp-specialized kernel (gemm_w8a8_ws.cuh) keeps one m64 block's sums, not all.
-  static_assert(C::ws || G::acc_regs <= 64, "accumulators and partial sums share 128 registers a thread");
   static_assert(G::threads <= 256, "a thread needs more registers than 3 or 4 warpgroups leave");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
 };
@@ -87,18 +85,18 @@ __device__ __forceinline__ void hm_w8wg_load_stage(const hm_wg_a_plan<C, 1> &ap,
   }
 }
 
-// A thread's A fragments of a stage: every k32 step's, for each 64-column block.
+// Issues the stage's wgmmas into part (committed, not waited for): A fragments of all k32
+// steps first, then one m64nNk32 per step and 64-column block; the first step overwrites
+// part where it is folded per stage. Warp wq's rows 16wq + g (+ 8) of a 64-column block are
+// unit columns 16wq + g (+ 8), core matrices 4wq..4wq+3 (hm_w8_units.cuh): k lo and hi of
+// the first column, then of the second, one ldmatrix.x4.
 template <class C>
-using hm_w8wg_frags_t = hm_u32[hm_w8wg_traits<C>::steps][hm_wg_traits<C>::mb][4];
-
-// Warp wq's rows 16wq + g (+ 8) of a 64-column block are unit columns 16wq + g (+ 8), core
-// matrices 4wq..4wq+3 (hm_w8_units.cuh): k lo and hi of the first column, then of the second.
-template <class C>
-__device__ __forceinline__ void hm_w8wg_load_frags(const unsigned char *st, const hm_wg_place &at,
-                                                   hm_w8wg_frags_t<C> &a) {
+__device__ __forceinline__ void hm_w8wg_issue_stage(const unsigned char *st, const hm_wg_place &at,
+                                                    hm_w8wg_part_t<C> &part) {
   using T = hm_w8wg_traits<C>;
   const unsigned b_lane = hm_smem_addr(st) + T::b_off + at.wn * T::mb * T::steps * T::unit_bytes +
                           512 * at.wq + hm_w8_unit_lane_offset(at.lane);
+  hm_u32 a[T::steps][T::mb][4];
 #pragma unroll
   for (int s = 0; s < T::steps; ++s)
 #pragma unroll
@@ -107,15 +105,6 @@ __device__ __forceinline__ void hm_w8wg_load_frags(const unsigned char *st, cons
       hm_w8_unit_words4(r, b_lane + (m * T::steps + s) * T::unit_bytes);
       a[s][m][0] = r[0], a[s][m][1] = r[2], a[s][m][2] = r[1], a[s][m][3] = r[3];
     }
-}
-
-// Issues the stage's wgmmas into part from fragments a (committed, not waited for): one
-// m64nNk32 per step and 64-column block; the first step overwrites part where it is
-// folded per stage.
-template <class C>
-__device__ __forceinline__ void hm_w8wg_issue_frags(const unsigned char *st, const hm_wg_place &at,
-                                                    const hm_w8wg_frags_t<C> &a, hm_w8wg_part_t<C> &part) {
-  using T = hm_w8wg_traits<C>;
   const unsigned long long desc0 = hm_wgmma_desc_k128(hm_smem_addr(st) + at.wm * T::wtm * 128);
   hm_wgmma_fence();
 #pragma unroll
@@ -130,14 +119,6 @@ __device__ __forceinline__ void hm_w8wg_issue_frags(const unsigned char *st, con
     }
   }
   hm_wgmma_commit();
-}
-
-template <class C>
-__device__ __forceinline__ void hm_w8wg_issue_stage(const unsigned char *st, const hm_wg_place &at,
-                                                    hm_w8wg_part_t<C> &part) {
-  hm_w8wg_frags_t<C> a;
-  hm_w8wg_load_frags<C>(st, at, a);
-  hm_w8wg_issue_frags<C>(st, at, a, part);
 }
 
 // Waits for the warpgroup's wgmmas and pins part after the wait.
@@ -183,40 +164,27 @@ __device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, co
   }
 }
 
-// A thread's K-varying scale of each accumulator pair for one stage, s[m][2 * (i / 4) + i % 2]:
-// the weight block scale of 64-column block m (ws) times the token's 1x128 scale (in st),
+// acc += part * (the K-varying scales of the stage: ws, and the tokens' 1x128 ones in st),
 // made after the stage's wgmmas are waited for: ptxas interleaves loads issued between
 // them with the wgmmas, which then wait for the loads (docs/PERF.md, thirteenth session).
 template <class C>
-using hm_w8wg_scales_t = float[hm_wg_traits<C>::mb][hm_wg_traits<C>::wtm / 4];
-
-template <class C>
-__device__ __forceinline__ void hm_w8wg_stage_scales(const unsigned char *st, const hm_wg_place &at,
-                                                     const float (&ws)[hm_wg_traits<C>::mb],
-                                                     hm_w8wg_scales_t<C> &s) {
+__device__ __forceinline__ void hm_w8wg_fold(const unsigned char *st, const hm_wg_place &at,
+                                             const float (&ws)[hm_wg_traits<C>::mb],
+                                             const hm_w8wg_part_t<C> &part, hm_wg_acc_t<C> &acc) {
   using T = hm_w8wg_traits<C>;
 #pragma unroll
-  for (int i = 0; i < T::wtm / 2; i += 4) {
-    // The 1x128 scales of the two tokens of accumulators i..i+3.
-    float2 sa = make_float2(1.0f, 1.0f);
-    if constexpr (C::a_group) sa = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, i) * 4);
+  for (int m = 0; m < T::mb; ++m) {
 #pragma unroll
-    for (int m = 0; m < T::mb; ++m) {
-      s[m][i / 2] = sa.x * ws[m];
-      s[m][i / 2 + 1] = sa.y * ws[m];
+    for (int i = 0; i < T::wtm / 2; i += 4) {
+      float2 sa = make_float2(1.0f, 1.0f);
+      if constexpr (C::a_group) sa = *(const float2 *)(st + T::sa_off + hm_w8wg_row<C>(at, i) * 4);
+      const float s0 = sa.x * ws[m], s1 = sa.y * ws[m];
+      acc[m][i] += (float)part[m][i] * s0;
+      acc[m][i + 1] += (float)part[m][i + 1] * s1;
+      acc[m][i + 2] += (float)part[m][i + 2] * s0;
+      acc[m][i + 3] += (float)part[m][i + 3] * s1;
     }
   }
-}
-
-// acc += part * s (hm_w8wg_stage_scales).
-template <class C>
-__device__ __forceinline__ void hm_w8wg_fold(const hm_w8wg_scales_t<C> &s, const hm_w8wg_part_t<C> &part,
-                                             hm_wg_acc_t<C> &acc) {
-  using T = hm_w8wg_traits<C>;
-#pragma unroll
-  for (int m = 0; m < T::mb; ++m)
-#pragma unroll
-    for (int i = 0; i < T::wtm / 2; ++i) acc[m][i] += (float)part[m][i] * s[m][2 * (i >> 2) + (i & 1)];
 }
 
 // acc *= the scales constant along K: per token (A row) and per channel (weight column).
@@ -291,11 +259,7 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
       hm_w8wg_load_stage<C>(ap, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
     hm_cp_async_commit();
     hm_w8wg_wait_stage<C>(part);
-    if constexpr (T::fold) {  // the scales after the wait: this kernel has no registers for them before
-      hm_w8wg_scales_t<C> sc;
-      hm_w8wg_stage_scales<C>(st, at, ws, sc);
-      hm_w8wg_fold<C>(sc, part, acc);
-    }
+    if constexpr (T::fold) hm_w8wg_fold<C>(st, at, ws, part, acc);
   }
   if constexpr (!T::fold) {
 #pragma unroll
@@ -310,6 +274,7 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
 
 template <class C>
 struct hm_w8wg_loop {
+  static_assert(hm_wg_traits<C>::acc_regs <= 64, "accumulators and partial sums share 128 registers a thread");
   static constexpr int region_bytes = hm_w8wg_traits<C>::region_bytes;
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, const hm_wg_place &at,

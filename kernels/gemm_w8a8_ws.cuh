@@ -91,12 +91,10 @@ __device__ __forceinline__ void hm_w8ss_load_token_scales(const hm_gemm_params &
   }
 }
 
-// One m64 block's sums of a stage (folding configs), or every block's sums of a segment
-// (int8 without K-varying scales), in the MMA's type.
+// One m64 block's sums of a stage (folding configs), in the MMA's type; int8 without
+// K-varying scales keeps every block's sums of a segment (hm_w8wg_part_t).
 template <class C>
 using hm_w8ss_block_t = typename hm_w8_sum<C::a_int8>::type[1][hm_w8ss_traits<C>::wn_regs];
-template <class C>
-using hm_w8ss_all_t = hm_w8wg_part_t<C>;
 
 // Issues the wgmmas of m64 block mi for one stage into d (committed, not waited for): per
 // k32 step one m64nNk32, A the block's token rows, B the step's units. FRESH: the first
@@ -232,7 +230,7 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
       }
     }
   } else {
-    hm_w8ss_all_t<C> part;
+    hm_w8wg_part_t<C> part;
 #pragma unroll
     for (int m = 0; m < T::mb; ++m)
 #pragma unroll

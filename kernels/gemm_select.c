@@ -138,13 +138,6 @@ static hm_status select_class(const hm_gemm_config *base, int cls, int64_t valid
 }
 
 /*
- * Measured on the H200 (docs/PERF.md, 2026-12-04 twelfth session): with TMA token tiles the
- * warp-specialized kernel runs fp8 block-scaled groups of 4096 rows 1.19-1.22x and W4A16
- * dense M = 4096 1.12x faster than the plain kernel of the same tile. Without TMA (indexed
- * launches gather their token rows) it ran 0.75x, and 16-bit weights and tiles under 128
- * tokens were not measured.
- */
-/*
  * W8A8 grouped launches (masked, contiguous) of 32- and 64-row tiles: the warp-specialized
  * kernel's 64-token tile, two warpgroups of 128 columns, streams the experts' weights at the
  * copy rate. fp8 block-scaled masked gate_up at 256 and 1024 rows an expert (DeepSeek-V3)
@@ -159,18 +152,33 @@ static bool w8a8_grouped_mid(const hm_gemm_config *cfg) {
          (type == HM_GEMM_GROUPED_MASKED || type == HM_GEMM_GROUPED_CONTIGUOUS) && wgmma_class_applies(cfg);
 }
 
+/* cfg = ws where ws's producer loads token tiles with TMA and its stages fit at bk, a
+ * probe whose refusals are answers, not errors. */
+static void take_if_legal(hm_gemm_config *cfg, hm_gemm_config *ws, int bk) {
+  hm_error_quiet_begin();
+  const bool fits =
+      hm_gemm_tma_a(ws) && fit_smem(ws) == HM_OK && ws->tuning.bk == bk && hm_gemm_config_check(ws) == HM_OK;
+  hm_error_quiet_end();
+  if (fits) *cfg = *ws;
+}
+
+/*
+ * Measured on the H200 (docs/PERF.md, 2026-12-04 twelfth session): with TMA token tiles the
+ * warp-specialized kernel runs fp8 block-scaled groups of 4096 rows 1.19-1.22x and W4A16
+ * dense M = 4096 1.12x faster than the plain kernel of the same tile. Without TMA (indexed
+ * launches gather their token rows) it ran 0.75x, and 16-bit weights and tiles under 128
+ * tokens were not measured.
+ */
 hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   HM_CHECK_NOT_NULL(cfg);
   const hm_gemm_tuning *t = &cfg->tuning;
   const bool quantized = hm_gemm_is_w8a8(&cfg->layer) || hm_gemm_weight_bits(cfg->layer.weight) < 16;
   hm_gemm_config ws = *cfg;
   if (w8a8_grouped_mid(cfg)) {
-    ws.tuning = (hm_gemm_tuning){64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
+    static const hm_gemm_tuning mid_ws = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
+    ws.tuning = mid_ws;
     fit_columns(&ws.tuning, cfg->layer.n);
-    hm_error_quiet_begin();
-    const bool fits = hm_gemm_tma_a(&ws) && fit_smem(&ws) == HM_OK && hm_gemm_config_check(&ws) == HM_OK;
-    hm_error_quiet_end();
-    if (fits) *cfg = ws;
+    take_if_legal(cfg, &ws, mid_ws.bk);
     return HM_OK;
   }
   if (t->mma != HM_MMA_WGMMA || t->ws || t->bm < 128 || t->warps_m * t->warps_n * t->warps_k != 8 ||
@@ -188,11 +196,7 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
     ws.tuning.warps_n = 4;
     if (valid_m / effective_experts(cfg) > HM_GEMM_W8A8_TALL_ROWS) ws.tuning.bm = 256;
   }
-  hm_error_quiet_begin();
-  const bool fits = hm_gemm_tma_a(&ws) && fit_smem(&ws) == HM_OK && ws.tuning.bk == t->bk &&
-                    hm_gemm_config_check(&ws) == HM_OK;
-  hm_error_quiet_end();
-  if (fits) *cfg = ws;
+  take_if_legal(cfg, &ws, t->bk);
   return HM_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "common/options.h"
 #include "engine.h"
 #include "heuristics/tuner.h"
@@ -97,7 +98,7 @@ static int parse(int argc, char **argv, tune_opts *o) {
 static int plan_moe_layer(const hm_model_layer *l, const hm_device_profile *p) {
   static const hm_gemm_type types[] = {HM_GEMM_GROUPED_MASKED, HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS};
   int rc = 0;
-  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]) && rc == 0; t++) rc = plan_layer(l, types[t], p);
+  for (size_t t = 0; t < HM_ARRAY_SIZE(types) && rc == 0; t++) rc = plan_layer(l, types[t], p);
   return rc;
 }
 

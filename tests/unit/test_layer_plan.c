@@ -339,9 +339,10 @@ static void bad_plan_source_is_refused(void **state) {
 static void tuning_names_round_trip(void **state) {
   (void)state;
   const hm_gemm_tuning tunings[] = {
-      {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true},
-      {8, 256, 256, 1, 4, 2, 3, true, 2, 2, HM_MMA_SYNC, false},
-      {64, 128, 64, 2, 2, 1, 4, false, 0, 1, HM_MMA_WGMMA, false},
+      {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 0},
+      {8, 256, 256, 1, 4, 2, 3, true, 2, 2, HM_MMA_SYNC, false, 0},
+      {64, 128, 64, 2, 2, 1, 4, false, 0, 1, HM_MMA_WGMMA, false, 0},
+      {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 2},
   };
   for (size_t i = 0; i < HM_ARRAY_SIZE(tunings); i++) {
     char name[96];
@@ -350,8 +351,14 @@ static void tuning_names_round_trip(void **state) {
     HM_ASSERT_OK(hm_gemm_tuning_parse(name, &back));
     assert_true(hm_choose_tuning_equal(&back, &tunings[i]));
   }
-  const char *bad[] = {"bm128_bn256", "bm128_bn256_bk128_w1x8x1_s3_sk_c1", "bm128_bn256_bk128_w1x8x1_s3_xx4_c1",
-                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_ws", "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_wgmma_wsx"};
+  const char *bad[] = {"bm128_bn256",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk_c1",
+                       "bm128_bn256_bk128_w1x8x1_s3_xx4_c1",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_ws",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_wgmma_wsx",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_wgmma_x2",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_wgmma_ws_x1",
+                       "bm128_bn256_bk128_w1x8x1_s3_sk4_c1_wgmma_ws_x2y"};
   for (size_t i = 0; i < HM_ARRAY_SIZE(bad); i++) {
     hm_gemm_tuning t;
     assert_int_equal(hm_gemm_tuning_parse(bad[i], &t), HM_INVALID_ARGUMENT);

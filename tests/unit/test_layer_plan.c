@@ -405,6 +405,31 @@ static void pinned_tuning_serves_every_m(void **state) {
   assert_null(l);
 }
 
+/* A pinned cluster (_x2) serves the layouts whose token tiles come by TMA; an indexed one,
+ * which gathers its rows, runs the same tile without the cluster, with a warning. */
+static void pinned_cluster_runs_alone_where_rows_are_gathered(void **state) {
+  (void)state;
+  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
+  HM_ASSERT_OK(hm_quant_scheme_parse("w8a8-fp8", &lc.scheme));
+  lc.n = 1024;
+  lc.k = 1024;
+  lc.experts = 8;
+  const char *name = "bm256_bn128_bk128_w2x4x1_s3_sk4_c1_wgmma_ws_x2";
+  set_env("HUMMING_GEMM_PLAN", name);
+  hm_layer_plan plan;
+  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, HM_GEMM_GROUPED_CONTIGUOUS, 90, HM_PLAN_PINNED, &plan));
+  assert_int_equal(plan.plan.cfg[0].tuning.cluster_n, 2);
+  log_capture log = {0};
+  log.key = "";
+  hm_log_set(capture, &log);
+  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, HM_GEMM_INDEXED, 90, HM_PLAN_PINNED, &plan));
+  hm_log_set(NULL, NULL);
+  assert_int_equal(hm_gemm_cluster_n(&plan.plan.cfg[0].tuning), 1);
+  assert_int_equal(plan.plan.cfg[0].tuning.bm, 256);
+  assert_non_null(strstr(log.warning, "without its cluster"));
+  set_env("HUMMING_GEMM_PLAN", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(moe_layer_picks_the_tuned_entry),
@@ -415,6 +440,7 @@ int main(void) {
       cmocka_unit_test(bad_plan_source_is_refused),
       cmocka_unit_test(tuning_names_round_trip),
       cmocka_unit_test(pinned_tuning_serves_every_m),
+      cmocka_unit_test(pinned_cluster_runs_alone_where_rows_are_gathered),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   hm_shutdown();

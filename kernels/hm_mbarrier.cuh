@@ -41,7 +41,9 @@ __device__ __forceinline__ void hm_mbar_arrive_if(unsigned long long *bar, bool 
 
 // Where pred holds, one arrival on the barrier at bar's offset in the shared memory of the
 // cluster's CTA `rank` (this one's too), by a predicated instruction as hm_mbar_arrive_if.
-// Release at cluster scope: the slot this warp read may be refilled by any CTA of it.
+// Release at CTA scope, as for a local arrival: what it orders are this warp's reads of a
+// slot, done once its wgmmas are waited for; cluster scope would also wait out every
+// global access in flight (the next block scale's load).
 __device__ __forceinline__ void hm_mbar_arrive_cluster_if(unsigned long long *bar, unsigned rank, bool pred) {
   asm volatile(
       "{\n"
@@ -49,7 +51,7 @@ __device__ __forceinline__ void hm_mbar_arrive_cluster_if(unsigned long long *ba
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
       "setp.ne.u32 p, %2, 0;\n"
-      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "@p mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(hm_smem_addr(bar)),
       "r"(rank), "r"((unsigned)pred)
       : "memory");

@@ -40,8 +40,7 @@ bool hm_choose_tuning_equal(const hm_gemm_tuning *a, const hm_gemm_tuning *b) {
   return a->bm == b->bm && a->bn == b->bn && a->bk == b->bk && a->warps_m == b->warps_m &&
          a->warps_n == b->warps_n && a->warps_k == b->warps_k && a->stages == b->stages &&
          a->stream_k == b->stream_k && a->sk_min_iters == b->sk_min_iters &&
-         a->ctas_per_sm == b->ctas_per_sm && a->mma == b->mma && a->ws == b->ws &&
-         hm_gemm_cluster_n(a) == hm_gemm_cluster_n(b);
+         a->ctas_per_sm == b->ctas_per_sm && a->mma == b->mma && a->ws == b->ws;
 }
 
 /* Upper end of bucket index < BUCKETS - 1; a bucket is at least a row wide, for layers of

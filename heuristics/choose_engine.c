@@ -11,7 +11,6 @@
 #include "heuristics/choose_engine.h"
 #include "heuristics/tune_table.h"
 #include "kernels/cache.h"
-#include "kernels/gemm_launch.h"
 #include "log.h"
 #include "params.h"
 
@@ -189,13 +188,6 @@ static hm_status pinned_plan(hm_engine *engine, const plan_ctx *c, hm_layer_plan
   p.arch = c->base.arch;
   hm_gemm_config cfg = c->base;
   cfg.tuning = t;
-  /* A cluster shares TMA token tiles: a layout that gathers its rows runs the tile alone. */
-  const char *note = "";
-  if (hm_gemm_cluster_n(&t) > 1 && !hm_gemm_tma_a(&cfg)) {
-    note = ", without its cluster (this layout gathers token rows)";
-    t.cluster_n = 0;
-    cfg.tuning = t;
-  }
   if (hm_gemm_config_check(&cfg) != HM_OK)
     HM_FAIL(HM_INVALID_ARGUMENT, "pinned GEMM kernel %s for %s: %s", name, c->key, hm_last_error());
   if (!hm_choose_tuning_legal(&c->base, &t, &p))
@@ -204,7 +196,7 @@ static hm_status pinned_plan(hm_engine *engine, const plan_ctx *c, hm_layer_plan
             "shared memory or threads an SM)",
             name, c->key, p.name);
   push(out, &c->base, INT64_MAX, &t, HM_PLAN_PINNED);
-  HM_WARN(GEMM, "kernel table of %s: pinned to %s for every M (HUMMING_GEMM_PLAN)%s", c->key, name, note);
+  HM_WARN(GEMM, "kernel table of %s: pinned to %s for every M (HUMMING_GEMM_PLAN)", c->key, name);
   return HM_OK;
 }
 

@@ -9,11 +9,10 @@
 #include "heuristics/tune_table.h"
 
 static json_t *tuning_to_json(const hm_gemm_tuning *t) {
-  return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i, s:i, s:b, s:i}", "bm", t->bm, "bn",
-                   t->bn, "bk", t->bk, "warps_m", t->warps_m, "warps_n", t->warps_n, "warps_k", t->warps_k,
-                   "stages", t->stages, "stream_k", t->stream_k, "sk_min_iters", t->sk_min_iters,
-                   "ctas_per_sm", t->ctas_per_sm, "mma", (int)t->mma, "ws", t->ws, "cluster_n",
-                   hm_gemm_cluster_n(t));
+  return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i, s:i, s:b}", "bm", t->bm, "bn", t->bn,
+                   "bk", t->bk, "warps_m", t->warps_m, "warps_n", t->warps_n, "warps_k", t->warps_k, "stages",
+                   t->stages, "stream_k", t->stream_k, "sk_min_iters", t->sk_min_iters, "ctas_per_sm",
+                   t->ctas_per_sm, "mma", (int)t->mma, "ws", t->ws);
 }
 
 static json_t *entry_to_json(const hm_tune_entry *e) {
@@ -52,15 +51,15 @@ static bool copy_str(json_t *obj, const char *key, char *dst, size_t len) {
   return true;
 }
 
-/* "mma", "ws" and "cluster_n" are optional: tables written before the wgmma kernels, warp
- * specialization and clusters existed hold mma.sync, unspecialized and unclustered tunings. */
+/* "mma" and "ws" are optional: tables written before the wgmma kernels and warp
+ * specialization existed hold mma.sync and unspecialized tunings. */
 static bool tuning_from_json(json_t *o, hm_gemm_tuning *t) {
   int sk = 0, mma = HM_MMA_SYNC, ws = 0;
   memset(t, 0, sizeof(*t));
-  if (json_unpack(o, "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i, s?i, s?b, s?i}", "bm", &t->bm, "bn",
-                  &t->bn, "bk", &t->bk, "warps_m", &t->warps_m, "warps_n", &t->warps_n, "warps_k",
-                  &t->warps_k, "stages", &t->stages, "stream_k", &sk, "sk_min_iters", &t->sk_min_iters,
-                  "ctas_per_sm", &t->ctas_per_sm, "mma", &mma, "ws", &ws, "cluster_n", &t->cluster_n) != 0)
+  if (json_unpack(o, "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:i, s?i, s?b}", "bm", &t->bm, "bn", &t->bn,
+                  "bk", &t->bk, "warps_m", &t->warps_m, "warps_n", &t->warps_n, "warps_k", &t->warps_k,
+                  "stages", &t->stages, "stream_k", &sk, "sk_min_iters", &t->sk_min_iters, "ctas_per_sm",
+                  &t->ctas_per_sm, "mma", &mma, "ws", &ws) != 0)
     return false;
   if (mma != HM_MMA_SYNC && mma != HM_MMA_WGMMA) return false;
   t->stream_k = sk != 0;

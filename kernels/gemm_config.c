@@ -8,7 +8,6 @@
 #include "check.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
-#include "kernels/gemm_launch.h"
 
 int hm_gemm_weight_bits(hm_dtype weight) {
   switch (weight) {
@@ -115,27 +114,6 @@ static hm_status check_warp_grid(const hm_gemm_config *cfg) {
   return HM_OK;
 }
 
-/*
- * A cluster shares the token tile of adjacent n tiles (gemm_ws_pipe.cuh): the W8A8
- * warp-specialized kernel with TMA token tiles, each CTA loading whole swizzle atoms of 8
- * token rows.
- */
-static hm_status check_cluster(const hm_gemm_config *cfg) {
-  const hm_gemm_tuning *t = &cfg->tuning;
-  const int cn = hm_gemm_cluster_n(t);
-  if (t->cluster_n < 0 || t->cluster_n > 2)
-    HM_FAIL(HM_INVALID_ARGUMENT, "cluster_n=%d must be 0..2", t->cluster_n);
-  if (cn == 1) return HM_OK;
-  if (!hm_gemm_is_w8a8(&cfg->layer) || !hm_gemm_tma_a(cfg))
-    HM_FAIL(HM_UNSUPPORTED,
-            "clusters (_x%d) are implemented for the W8A8 warp-specialized kernel with TMA "
-            "token tiles only (not indexed)",
-            cn);
-  if (t->bm % (8 * cn) != 0)
-    HM_FAIL(HM_INVALID_ARGUMENT, "cluster of %d: bm=%d must split into whole 8-row swizzle atoms", cn, t->bm);
-  return HM_OK;
-}
-
 static hm_status check_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   if (t->mma != HM_MMA_SYNC && t->mma != HM_MMA_WGMMA)
@@ -148,7 +126,6 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
   if (t->stages < 2 || t->stages > 8) HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..8", t->stages);
   if (t->ctas_per_sm < 1 || t->ctas_per_sm > HM_GEMM_MAX_CTAS_PER_SM)
     HM_FAIL(HM_INVALID_ARGUMENT, "ctas_per_sm=%d must be 1..%d", t->ctas_per_sm, HM_GEMM_MAX_CTAS_PER_SM);
-  HM_CHECK(check_cluster(cfg));
   if (t->stream_k && (cfg->compute.batch_invariant || t->sk_min_iters < 1))
     HM_FAIL(HM_INVALID_ARGUMENT, "Stream-K needs sk_min_iters >= 1 (%d) and no batch invariance", t->sk_min_iters);
   const int group = cfg->layer.group;
@@ -197,16 +174,10 @@ void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_tuning *t = &cfg->tuning;
   char layer[160];
   hm_gemm_layer_key(cfg, layer, sizeof(layer));
-  char cluster[16] = "";
-  if (hm_gemm_cluster_n(t) > 1) snprintf(cluster, sizeof(cluster), "_x%d", t->cluster_n);
-  snprintf(buf, len, "hm_gemm_%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s%s%s", layer, t->bm, t->bn, t->bk,
+  snprintf(buf, len, "hm_gemm_%s_m%dn%dk%d_w%dx%dx%d_s%d_%s%d_c%d%s%s", layer, t->bm, t->bn, t->bk,
            t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp",
            t->stream_k ? t->sk_min_iters : 0, t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "",
-           t->ws ? "_ws" : "", cluster);
-}
-
-int hm_gemm_cluster_n(const hm_gemm_tuning *t) {
-  return t->cluster_n > 1 ? t->cluster_n : 1;
+           t->ws ? "_ws" : "");
 }
 
 int hm_gemm_config_threads(const hm_gemm_config *cfg) {

@@ -54,9 +54,6 @@ typedef struct hm_gemm_tuning {
                                      that the warps_m x warps_n warps compute; W8A8's takes the
                                      tokens as A and the weights as B, both from shared memory
                                      (gemm_w8a8_ws.cuh) */
-  int cluster_n;                  /* W8A8 warp-specialized: CTAs of a cluster on adjacent n tiles of
-                                     one m tile, each loading 1/cluster_n of the token tile for all
-                                     of them (TMA multicast); 0 or 1: no cluster */
 } hm_gemm_tuning;
 
 typedef struct hm_gemm_config {
@@ -78,15 +75,13 @@ const char *hm_gemm_type_tag(hm_gemm_type type);
 void hm_gemm_layer_key(const hm_gemm_config *cfg, char *buf, size_t len);
 void hm_gemm_config_name(const hm_gemm_config *cfg, char *buf, size_t len);
 /* The tuning as one token, bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma_ws (dp for data-parallel
- * only; _x2 after _ws for a cluster of two); hm_gemm_tuning_parse reads it back, HM_INVALID_ARGUMENT naming
- * what does not fit. Legality is hm_gemm_config_check's. */
+ * only); hm_gemm_tuning_parse reads it back, HM_INVALID_ARGUMENT naming what does not fit.
+ * Legality is hm_gemm_config_check's. */
 void hm_gemm_tuning_name(const hm_gemm_tuning *t, char *buf, size_t len);
 hm_status hm_gemm_tuning_parse(const char *name, hm_gemm_tuning *out);
 
 /* Derived sizes (mirrors kernels/gemm_traits.cuh). */
 int hm_gemm_config_threads(const hm_gemm_config *cfg);
-/* CTAs of the tuning's cluster (1 without one). */
-int hm_gemm_cluster_n(const hm_gemm_tuning *t);
 /* Rows of a tile's row maps and accumulators: 16 for the swapped 8-row tile, else bm. */
 int hm_gemm_acc_rows(const hm_gemm_tuning *t);
 size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg);

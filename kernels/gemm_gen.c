@@ -40,13 +40,12 @@ static const char *gen_template =
     "  static constexpr int warps_m = %d, warps_n = %d, warps_k = %d, stages = %d;\n"
     "  static constexpr bool ws = %s;\n"
     "  static constexpr bool tma_a = %s;\n"
-    "  static constexpr int cluster_n = %d;\n"
     "  static constexpr bool w8a8 = %s;\n"
     "%s"
     "};\n"
     "static_assert(sizeof(hm_gemm_params) == %zu, \"host and device disagree on hm_gemm_params\");\n"
     "static_assert(%s<hm_cfg>::smem_bytes == %zu, \"host and device disagree on shared memory\");\n"
-    "extern \"C\" __constant__ unsigned %s_meta[8] = {0x%xu, %d, %zu, %d, 1, 1, %uu, 0};\n"
+    "extern \"C\" __constant__ unsigned %s_meta[8] = {0x%xu, %d, %zu, 0, 0, 0, %uu, 0};\n"
     "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(const __grid_constant__ hm_gemm_params p) {\n"
     "  hm_trace_clock tr;\n"
     "  hm_pdl_enter<hm_cfg, %s<hm_cfg>>(p, tr);\n"
@@ -103,16 +102,16 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));
   const int threads = hm_gemm_config_threads(cfg);
   char *text = NULL;
-  int len = asprintf(
-      &text, gen_template, hm_param_trace() ? "#define HM_TRACE 1\n" : "", body->header,
-      w8a8 ? 8 : hm_gemm_weight_bits(l->weight), tf(l->act == HM_BF16), tf(l->out == HM_BF16),
-      w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias), tf(l->global_scale),
-      (long long)l->n, (long long)l->k, (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k),
-      t->sk_min_iters, t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, tf(t->ws),
-      tf(hm_gemm_tma_a(cfg)), hm_gemm_cluster_n(t), tf(w8a8), extra, sizeof(hm_gemm_kernel_params),
-      body->traits, hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
-      hm_gemm_config_smem_bytes(cfg), hm_gemm_cluster_n(t), cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u,
-      threads, t->ctas_per_sm, out->name, body->traits, body->run);
+  int len = asprintf(&text, gen_template, hm_param_trace() ? "#define HM_TRACE 1\n" : "", body->header,
+                     w8a8 ? 8 : hm_gemm_weight_bits(l->weight), tf(l->act == HM_BF16), tf(l->out == HM_BF16),
+                     w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias),
+                     tf(l->global_scale), (long long)l->n, (long long)l->k, (long long)l->experts,
+                     (int)cfg->compute.type, tf(t->stream_k), t->sk_min_iters, t->bm, t->bn, t->bk,
+                     t->warps_m, t->warps_n, t->warps_k, t->stages, tf(t->ws), tf(hm_gemm_tma_a(cfg)),
+                     tf(w8a8), extra, sizeof(hm_gemm_kernel_params), body->traits,
+                     hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
+                     hm_gemm_config_smem_bytes(cfg), cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads,
+                     t->ctas_per_sm, out->name, body->traits, body->run);
   if (len < 0) HM_FAIL(HM_OUT_OF_MEMORY, "generating the source of %s", out->name);
   out->text = text;
   out->src.name = out->name;

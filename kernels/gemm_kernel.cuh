@@ -80,7 +80,7 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   __syncthreads();
   if (threadIdx.x == 0) {
     const int arrived = atomicAdd(&p.counters[sk.head], 1);
-    const int is_last = arrived == (sk.last - sk.head) / C::cluster_n;
+    const int is_last = arrived == sk.last - sk.head;
     if (is_last) atomicExch(&p.counters[sk.head], 0);
     *maps.flag = is_last;
   }
@@ -88,7 +88,7 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
   if (!*maps.flag || wk != 0) return;
   __threadfence();
   hm_acc_zero<C>(acc);
-  for (int c = sk.head; c <= sk.last; c += C::cluster_n)
+  for (int c = sk.head; c <= sk.last; ++c)
     hm_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, wmn, lane, acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
 }

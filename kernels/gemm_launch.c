@@ -34,15 +34,13 @@ static int64_t max_m_tiles(const hm_gemm_config *cfg, const hm_gemm_args *a) {
   return 0;
 }
 
-/* A cluster walks its n tiles as one (gemm_sched.cuh): the schedule's tiles and CTAs are clusters. */
 int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *args) {
-  const int cn = hm_gemm_cluster_n(&cfg->tuning);
-  const int64_t tiles = max_m_tiles(cfg, args) * ((hm_gemm_n_tiles(cfg) + cn - 1) / cn);
+  const int64_t tiles = max_m_tiles(cfg, args) * hm_gemm_n_tiles(cfg);
   if (tiles <= 0) return 0;
   int64_t work = tiles;
   if (cfg->tuning.stream_k) work = tiles * hm_gemm_k_iters(cfg) / cfg->tuning.sk_min_iters;
-  const int64_t clusters = (int64_t)sm_count * cfg->tuning.ctas_per_sm / cn;
-  return cn * (int)(work < 1 ? 1 : (work < clusters ? work : clusters));
+  const int64_t ctas = (int64_t)sm_count * cfg->tuning.ctas_per_sm;
+  return (int)(work < 1 ? 1 : (work < ctas ? work : ctas));
 }
 
 /* Bytes of an activation element: 8-bit for the W8A8 kernels, 16-bit for weight-only ones. */
@@ -58,8 +56,8 @@ bool hm_gemm_tma_a(const hm_gemm_config *cfg) {
 
 /*
  * The activations as a tensor of K x rows elements for hm_gemm_tma_a kernels: boxes of one
- * 128-byte swizzle row by bm rows (a CTA's share in a cluster), as their wgmmas read a token tile; rows and K
- * past the end read as zeros. Masked launches hold max_m rows an expert.
+ * 128-byte swizzle row by bm rows, as their wgmmas read a token tile; rows and K past the
+ * end read as zeros. Masked launches hold max_m rows an expert.
  */
 static hm_status encode_tma_a(const hm_gemm_config *cfg, const hm_gemm_args *args, CUtensorMap *map) {
   if (hm_cu.cuTensorMapEncodeTiled == NULL)
@@ -68,9 +66,7 @@ static hm_status encode_tma_a(const hm_gemm_config *cfg, const hm_gemm_args *arg
   const int64_t rows = args->type == HM_GEMM_GROUPED_MASKED ? args->m * cfg->layer.experts : args->m;
   const cuuint64_t dims[2] = {(cuuint64_t)cfg->layer.k, (cuuint64_t)rows};
   const cuuint64_t strides[1] = {(cuuint64_t)cfg->layer.k * (cuuint64_t)eb};
-  /* In a cluster each CTA loads its share of the tile's rows for all of them. */
-  const cuuint32_t box[2] = {128u / (cuuint32_t)eb,
-                             (cuuint32_t)(cfg->tuning.bm / hm_gemm_cluster_n(&cfg->tuning))};
+  const cuuint32_t box[2] = {128u / (cuuint32_t)eb, (cuuint32_t)cfg->tuning.bm};
   const cuuint32_t steps[2] = {1, 1};
   HM_CU_CHECK(cuTensorMapEncodeTiled(
       map, eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)args->a, dims,
@@ -116,30 +112,14 @@ hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *a) {
   HM_FAIL(HM_INVALID_ARGUMENT, "GEMM type %d unknown", (int)a->type);
 }
 
-/*
- * A persistent grid of clusters only streams as planned if every cluster is resident at
- * once; a GPC whose SMs do not split into whole clusters leaves some idle, so the grid is
- * the clusters the device holds, not the SMs.
- */
-static hm_status fit_clusters(hm_kernel *kernel, const hm_gemm_config *cfg, int *grid) {
-  const int cn = hm_gemm_cluster_n(&cfg->tuning);
-  if (cn == 1) return HM_OK;
-  int clusters = 0;
-  HM_CHECK(hm_kernel_max_clusters(kernel, (unsigned)hm_gemm_config_threads(cfg),
-                                  hm_gemm_config_smem_bytes(cfg), &clusters));
-  if (*grid > cn * clusters) *grid = cn * clusters;
-  return HM_OK;
-}
-
 hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_count, const hm_gemm_operands *ops,
                          const hm_gemm_args *args, void *workspace, hm_stream *stream) {
   HM_CHECK_NOT_NULL(kernel);
   HM_CHECK_NOT_NULL(ops);
   HM_CHECK(hm_gemm_check_args(cfg, args));
   if (args->m == 0) return HM_OK;
-  int grid = hm_gemm_grid(cfg, sm_count, args);
+  const int grid = hm_gemm_grid(cfg, sm_count, args);
   if (grid == 0) return HM_OK;
-  HM_CHECK(fit_clusters(kernel, cfg, &grid));
   if (cfg->tuning.stream_k && workspace == NULL) HM_FAIL(HM_INVALID_ARGUMENT, "Stream-K kernel without workspace");
   hm_gemm_kernel_params p;
   memset(&p, 0, sizeof(p));

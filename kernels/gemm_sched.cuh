@@ -52,21 +52,13 @@ __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
   }
 }
 
-// n tiles of a row of cluster tiles: clusters of C::cluster_n adjacent n tiles, the last
-// one's tiles past N included (their CTAs load their share of the tokens for the others and
-// compute, but store nothing).
-template <class C, class T>
-constexpr int hm_cluster_tiles = (T::n_tiles + C::cluster_n - 1) / C::cluster_n;
-
 // Tile t of the launch (n fastest, so that concurrent tiles share A rows and an expert).
-// In a cluster t counts clusters of tiles: the CTA of rank r takes the r-th n tile.
 // T: the kernel's traits (only n_tiles is read), so that the wgmma kernel shares this.
 template <class C, class T = hm_gemm_traits<C>>
 __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, const int *prefix) {
-  constexpr int cluster_tiles = hm_cluster_tiles<C, T>;
   hm_tile tile;
-  tile.m_tile = t / cluster_tiles;
-  tile.n_tile = t % cluster_tiles * C::cluster_n + (int)blockIdx.x % C::cluster_n;
+  tile.m_tile = t / T::n_tiles;
+  tile.n_tile = t % T::n_tiles;
   tile.e = 0;
   tile.row0 = tile.m_tile * C::bm;
   tile.skip = false;
@@ -131,36 +123,29 @@ __device__ __forceinline__ void hm_tile_rows(const hm_gemm_params &p, const hm_t
 // two: of the tile its range starts in (2c) and of a tile that starts in its range (2c+1),
 // so the other contributors use 2c. A whole tile has none. The walk works it out before
 // the mainloop, where the divisions overlap the row maps' loads instead of the fix-up's.
-// The split is among clusters; the contributors to a tile are the CTAs of the same rank in
-// clusters head..last, every C::cluster_n-th CTA from head.
 struct hm_sk_piece {
   int head, last;       // first and last contributing CTA
   int slot, head_slot;  // partial slots of this CTA and of head
 };
 
-template <class C>
 __device__ __forceinline__ hm_sk_piece hm_sk_piece_of(int first_it, int last_it, int begin, int iters,
-                                                      int clusters) {
-  const int rank = (int)blockIdx.x % C::cluster_n;
-  const int head = hm_sk_owner(first_it, iters, clusters);
+                                                      int ctas) {
   hm_sk_piece s;
-  s.head = head * C::cluster_n + rank;
-  s.last = hm_sk_owner(last_it, iters, clusters) * C::cluster_n + rank;
+  s.head = hm_sk_owner(first_it, iters, ctas);
+  s.last = hm_sk_owner(last_it, iters, ctas);
   s.slot = 2 * (int)blockIdx.x + (begin < first_it ? 1 : 0);
-  s.head_slot = 2 * s.head + (hm_sk_begin(head, iters, clusters) < first_it ? 1 : 0);
+  s.head_slot = 2 * s.head + (hm_sk_begin(s.head, iters, ctas) < first_it ? 1 : 0);
   return s;
 }
 
 // The CTA's segments in order: data-parallel waves of whole tiles, then its range of the
 // Stream-K iterations. visit(tile, kb, ke, piece) runs once a segment; a warp-specialized
 // kernel's producer and consumers walk the same sequence. T: the kernel's traits (n_tiles,
-// k_iters); tiles: the launch's m tiles times n_tiles. The schedule is one of clusters (the
-// CTAs with C::cluster_n = 1): a cluster's CTAs walk in step over cluster tiles (hm_tile_at).
+// k_iters).
 template <class C, class T, class F>
 __device__ __forceinline__ void hm_walk_segments(const hm_gemm_params &p, int tiles, const int *prefix,
                                                  F &&visit) {
-  const int grid = p.grid / C::cluster_n, cta = (int)blockIdx.x / C::cluster_n;
-  if constexpr (C::cluster_n > 1) tiles = tiles / T::n_tiles * hm_cluster_tiles<C, T>;
+  const int grid = p.grid, cta = blockIdx.x;
   const int dp_tiles = hm_sk_dp_tiles(tiles, grid, C::stream_k);
   for (int t = cta; t < dp_tiles; t += grid) {
     const hm_tile tile = hm_tile_at<C, T>(p, t, prefix);
@@ -179,6 +164,6 @@ __device__ __forceinline__ void hm_walk_segments(const hm_gemm_params &p, int ti
     const hm_tile tile = hm_tile_at<C, T>(p, dp_tiles + t, prefix);
     const int first_it = t * T::k_iters;
     if (!tile.skip)
-      visit(tile, kb, ke, hm_sk_piece_of<C>(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
+      visit(tile, kb, ke, hm_sk_piece_of(first_it, first_it + T::k_iters - 1, begin, iters, ctas));
   }
 }

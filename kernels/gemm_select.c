@@ -34,19 +34,19 @@ static bool swap_class_applies(const hm_gemm_config *base) {
 }
 
 static hm_gemm_tuning tuning_for_class(int cls, bool invariant) {
-  static const hm_gemm_tuning swap_decode = {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0};
+  static const hm_gemm_tuning swap_decode = {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false};
   if (cls == SWAP_CLASS) return swap_decode;
   static const hm_gemm_tuning fast[ROW_CLASS_COUNT] = {
-      {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-      {32, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-      {64, 256, 64, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-      {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false, 0},
+      {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+      {32, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+      {64, 256, 64, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+      {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false},
   };
   static const hm_gemm_tuning invariant_cfg[ROW_CLASS_COUNT] = {
-      {16, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC, false, 0},
-      {32, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC, false, 0},
-      {64, 128, 64, 1, 2, 1, 4, false, 0, 2, HM_MMA_SYNC, false, 0},
-      {128, 256, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_SYNC, false, 0},
+      {16, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC, false},
+      {32, 128, 64, 1, 2, 1, 6, false, 0, 2, HM_MMA_SYNC, false},
+      {64, 128, 64, 1, 2, 1, 4, false, 0, 2, HM_MMA_SYNC, false},
+      {128, 256, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_SYNC, false},
   };
   return invariant ? invariant_cfg[cls] : fast[cls];
 }
@@ -67,14 +67,14 @@ static bool wgmma_class_applies(const hm_gemm_config *base) {
 }
 
 static hm_gemm_tuning wgmma_tuning_for_class(const hm_gemm_config *base, int cls) {
-  static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0};
+  static const hm_gemm_tuning mid = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* bk 128 over 4 stages beat bk 64 over 6 at every M from 256 to 16384 (N = K = 8192, H200,
    * docs/PERF.md 2026-12-03): half the k-iterations, each with its barrier. */
-  static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0};
+  static const hm_gemm_tuning large = {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false};
   /* W8A8 keeps a stage's partial sums beside the accumulators: 64 columns a warpgroup, two
    * warpgroups. The stage is half the 16-bit one's bytes, so six of them fit. */
-  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0};
-  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0};
+  static const hm_gemm_tuning w8a8_mid = {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
+  static const hm_gemm_tuning w8a8_large = {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false};
   if (hm_gemm_is_w8a8(&base->layer)) return cls == ROW_CLASS_COUNT - 1 ? w8a8_large : w8a8_mid;
   return cls == ROW_CLASS_COUNT - 1 ? large : mid;
 }
@@ -175,7 +175,7 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   const bool quantized = hm_gemm_is_w8a8(&cfg->layer) || hm_gemm_weight_bits(cfg->layer.weight) < 16;
   hm_gemm_config ws = *cfg;
   if (w8a8_grouped_mid(cfg)) {
-    static const hm_gemm_tuning mid_ws = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 0};
+    static const hm_gemm_tuning mid_ws = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
     ws.tuning = mid_ws;
     fit_columns(&ws.tuning, cfg->layer.n);
     take_if_legal(cfg, &ws, mid_ws.bk);

@@ -9,11 +9,9 @@
 void hm_gemm_tuning_name(const hm_gemm_tuning *t, char *buf, size_t len) {
   char split[16] = "dp";
   if (t->stream_k) snprintf(split, sizeof(split), "sk%d", t->sk_min_iters);
-  char cluster[16] = "";
-  if (hm_gemm_cluster_n(t) > 1) snprintf(cluster, sizeof(cluster), "_x%d", t->cluster_n);
-  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s%s%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n,
+  snprintf(buf, len, "bm%d_bn%d_bk%d_w%dx%dx%d_s%d_%s_c%d%s%s", t->bm, t->bn, t->bk, t->warps_m, t->warps_n,
            t->warps_k, t->stages, split, t->ctas_per_sm, t->mma == HM_MMA_WGMMA ? "_wgmma" : "",
-           t->ws ? "_ws" : "", cluster);
+           t->ws ? "_ws" : "");
 }
 
 hm_status hm_gemm_tuning_parse(const char *name, hm_gemm_tuning *out) {
@@ -27,7 +25,7 @@ hm_status hm_gemm_tuning_parse(const char *name, hm_gemm_tuning *out) {
                          &t.warps_n, &t.warps_k, &t.stages, split, &t.ctas_per_sm, &used);
   if (got != 9 || strlen(name + used) >= sizeof(rest))
     HM_FAIL(HM_INVALID_ARGUMENT,
-            "kernel tuning '%s': expected bmM_bnN_bkK_wMxNxK_sS_(skI|dp)_cC[_wgmma][_ws][_xX], as in "
+            "kernel tuning '%s': expected bmM_bnN_bkK_wMxNxK_sS_(skI|dp)_cC[_wgmma][_ws], as in "
             "bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma",
             name);
   snprintf(rest, sizeof(rest), "%s", name + used);
@@ -39,19 +37,8 @@ hm_status hm_gemm_tuning_parse(const char *name, hm_gemm_tuning *out) {
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel tuning '%s': schedule '%s' is neither skN (Stream-K, N >= 1) nor dp",
             name, split);
   }
-  /* _xN: a cluster of N (>= 2) after _wgmma_ws; legality is the config check's. */
-  char *cluster = strstr(rest, "_x");
-  if (cluster != NULL) {
-    int used_x = 0;
-    if (sscanf(cluster, "_x%d%n", &t.cluster_n, &used_x) != 1 || cluster[used_x] != '\0' || t.cluster_n < 2)
-      HM_FAIL(HM_INVALID_ARGUMENT, "kernel tuning '%s': cluster suffix '%s' is not _xN with N >= 2", name,
-              cluster);
-    *cluster = '\0';
-  }
   if (strcmp(rest, "") != 0 && strcmp(rest, "_wgmma") != 0 && strcmp(rest, "_wgmma_ws") != 0)
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel tuning '%s': suffix '%s' is not _wgmma or _wgmma_ws", name, rest);
-  if (cluster != NULL && strcmp(rest, "_wgmma_ws") != 0)
-    HM_FAIL(HM_INVALID_ARGUMENT, "kernel tuning '%s': a cluster (_xN) follows _wgmma_ws", name);
   t.mma = rest[0] != '\0' ? HM_MMA_WGMMA : HM_MMA_SYNC;
   t.ws = strcmp(rest, "_wgmma_ws") == 0;
   *out = t;

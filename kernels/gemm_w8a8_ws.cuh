@@ -60,14 +60,14 @@ __device__ __forceinline__ int hm_w8ss_col(const hm_wg_place &at, int i) {
 
 // The stage's weight units (producer thread 0): unit (column c, k32 step s) of the tile
 // from global (E, N/64, K/32) order to [s][c], announced on the full barrier first. Units
-// past N or K are not copied (none of a cluster's tile past N); see hm_ws_run for the K tail.
+// past N or K are not copied; see hm_ws_run for the K tail.
 template <class C>
 __device__ __forceinline__ void hm_w8ss_load_weights(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                      unsigned char *st, unsigned long long *full) {
   using T = hm_w8wg_traits<C>;
   const int left_k = T::k16 - kt * T::steps, left_n = T::n_units - tile.n_tile * T::bn_units;
   const int units = left_k < T::steps ? left_k : T::steps;
-  const int cols = left_n < T::bn_units ? (left_n > 0 ? left_n : 0) : T::bn_units;
+  const int cols = left_n < T::bn_units ? left_n : T::bn_units;
   hm_mbar_arrive_expect_tx(full, (unsigned)(units * cols * hm_w8_unit_bytes));
   const unsigned char *b = (const unsigned char *)p.b;
   for (int c = 0; c < cols; ++c) {

@@ -59,7 +59,7 @@ __device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_ti
   hm_wg_sync<C>();
   if (threadIdx.x == 0) {
     const int arrived = atomicAdd(&p.counters[sk.head], 1);
-    const int is_last = arrived == (sk.last - sk.head) / C::cluster_n;
+    const int is_last = arrived == sk.last - sk.head;
     if (is_last) atomicExch(&p.counters[sk.head], 0);
     *maps.flag = is_last;
   }
@@ -69,7 +69,7 @@ __device__ __forceinline__ void hm_wg_fixup(const hm_gemm_params &p, const hm_ti
   float *a = &acc[0][0];
 #pragma unroll
   for (int i = 0; i < T::acc_regs; ++i) a[i] = 0.0f;
-  for (int c = sk.head; c <= sk.last; c += C::cluster_n) hm_wg_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, acc);
+  for (int c = sk.head; c <= sk.last; ++c) hm_wg_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, acc);
   hm_wg_store<C, O>(p, tile, smem, maps, at, acc);
 }
 

@@ -15,8 +15,7 @@
 //
 // Per stage slot a "full" barrier (thread 0's expect_tx arrival, the bulk bytes, one
 // cp.async arrival per producer thread) and an "empty" one (an arrival per consumer warp
-// once its wgmmas that read the slot are done; in a cluster, per consumer warp of each of
-// its CTAs, which all read the tokens this CTA's producer copies into them). Per segment one of two row map sets, with
+// once its wgmmas that read the slot are done). Per segment one of two row map sets, with
 // the same pair of barriers. Both sides count stages and segments from the start of the
 // kernel, so slot = count % depth and the phase parity is count / depth % 2.
 //
@@ -89,27 +88,18 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_ws_maps(unsigned char *smem, int
 // swizzled tile (hm_wg_a_offset). With C::tma_a the tile's rows are consecutive A rows from
 // a_row[0] and thread 0 loads them with one TMA box per 128 bytes of k (announced on the
 // full barrier before its arrival); rows past the tile's own hold the next rows of A or
-// zeros, whose output columns are never stored. In a cluster, whose CTAs share the m tile,
-// each loads its 1/cluster_n of the rows into all of them, and each barrier waits for the
-// whole tile: its own share and the others'. Otherwise the producer threads copy each
+// zeros, whose output columns are never stored. Otherwise the producer threads copy each
 // 16-byte piece, zero for rows without a token.
 template <class C, int EB>
 __device__ __forceinline__ void hm_ws_load_rows(const hm_gemm_params &p, int kt, unsigned char *st,
                                                 const int *a_row, int pt, unsigned long long *full) {
   if constexpr (C::tma_a) {
-    constexpr int boxes = C::bk * EB / 128, share = C::bm / C::cluster_n;
+    constexpr int boxes = C::bk * EB / 128;
     if (pt != 0) return;
     hm_mbar_expect_tx(full, boxes * C::bm * 128);
-    const int rank = (int)blockIdx.x % C::cluster_n;
 #pragma unroll
-    for (int j = 0; j < boxes; ++j) {
-      unsigned char *dst = st + (j * C::bm + rank * share) * 128;
-      const int x = kt * C::bk + j * (128 / EB), y = a_row[0] + rank * share;
-      if constexpr (C::cluster_n == 1)
-        hm_tma_load_2d(dst, &p.tma_a, x, y, full);
-      else
-        hm_tma_load_2d_multicast(dst, &p.tma_a, x, y, full, (unsigned short)((1u << C::cluster_n) - 1));
-    }
+    for (int j = 0; j < boxes; ++j)
+      hm_tma_load_2d(st + j * C::bm * 128, &p.tma_a, kt * C::bk + j * (128 / EB), a_row[0], full);
     return;
   }
   constexpr int per_row = C::bk * EB / 16;
@@ -151,10 +141,7 @@ __device__ void hm_ws_produce(const hm_gemm_params &p, int tiles, unsigned char 
                   ++seg;
                 });
   // Exits only once every slot is handed back: the arrivals its cp.async copies owe the
-  // full barriers are this thread's, and must not be left behind by an exited thread. In a
-  // cluster the slots are handed back by every CTA's consumers, so past this wait no other
-  // CTA arrives here, and this one's token copies into theirs have landed: the CTAs may exit
-  // in any order.
+  // full barriers are this thread's, and must not be left behind by an exited thread.
   for (int s = 0; s < C::stages; ++s, ++n)
     hm_mbar_wait(&ring.empty[n % C::stages], ((n / C::stages) & 1) ^ 1);
 }
@@ -170,17 +157,12 @@ __device__ __forceinline__ const unsigned char *hm_ws_acquire(const hm_ws_ring &
 }
 
 // Hands stage n's slot back (where ready) once this warp's wgmmas that read it are
-// waited for. Branch-free, so that it may run between wgmmas in flight. In a cluster lane r
-// hands it back to CTA r, whose producer writes this CTA's slot too.
+// waited for. Branch-free, so that it may run between wgmmas in flight.
 template <class C>
 __device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n, int lane,
                                               bool ready = true) {
   __syncwarp();
-  if constexpr (C::cluster_n == 1)
-    hm_mbar_arrive_if(&ring.empty[n % C::stages], lane == 0 && ready);
-  else
-    hm_mbar_arrive_cluster_if(&ring.empty[n % C::stages], lane < C::cluster_n ? lane : 0,
-                              lane < C::cluster_n && ready);
+  hm_mbar_arrive_if(&ring.empty[n % C::stages], lane == 0 && ready);
 }
 
 // The consumer warpgroups: per segment wait for its row maps, accumulate, store (or
@@ -223,7 +205,7 @@ __device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::stages; ++s) {
       hm_mbar_init(&ring.full[s], hm_ws_producers + 1);
-      hm_mbar_init(&ring.empty[s], L::consumer_warps * C::cluster_n);
+      hm_mbar_init(&ring.empty[s], L::consumer_warps);
     }
     for (int b = 0; b < 2; ++b) {
       hm_mbar_init(&ring.maps_full[b], hm_ws_producers);
@@ -231,11 +213,7 @@ __device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
     }
     hm_mbar_init_fence();
   }
-  // The other CTAs of a cluster copy into this one's slots and arrive on its barriers.
-  if constexpr (C::cluster_n > 1)
-    hm_cluster_sync();
-  else
-    __syncthreads();
+  __syncthreads();
   const int tiles = hm_count_m_tiles<C>(p, hm_ws_maps<C, L>(smem, 0).prefix) * hm_wg_traits<C>::n_tiles;
   if (threadIdx.x >= hm_wg_traits<C>::threads) {
     hm_setmaxnreg_dec<L::producer_regs>();

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared-memory barriers (mbarrier, sm_90) and what warp-specialized pipelines need around
-// them: bulk copies that complete onto a barrier (multicast to a cluster's CTAs too),
-// arrivals from another CTA of the cluster, cp.async completion as an arrival, named
+// them: bulk copies that complete onto a barrier, cp.async completion as an arrival, named
 // barriers for a subset of the CTA's warps, and register reallocation between warpgroups.
 // A barrier completes a phase when its pending arrivals reach zero and every byte announced
 // with expect_tx has landed; waiters name the phase by its parity.
@@ -37,33 +36,6 @@ __device__ __forceinline__ void hm_mbar_arrive_if(unsigned long long *bar, bool 
       "}\n" ::"r"(hm_smem_addr(bar)),
       "r"((unsigned)pred)
       : "memory");
-}
-
-// Where pred holds, one arrival on the barrier at bar's offset in the shared memory of the
-// cluster's CTA `rank` (this one's too), by a predicated instruction as hm_mbar_arrive_if.
-// Release at CTA scope, as for a local arrival: what it orders are this warp's reads of a
-// slot, done once its wgmmas are waited for; cluster scope would also wait out every
-// global access in flight (the next block scale's load).
-__device__ __forceinline__ void hm_mbar_arrive_cluster_if(unsigned long long *bar, unsigned rank, bool pred) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "setp.ne.u32 p, %2, 0;\n"
-      "@p mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(hm_smem_addr(bar)),
-      "r"(rank), "r"((unsigned)pred)
-      : "memory");
-}
-
-// Every thread of every CTA of the cluster arrives, then waits for all of them: shared
-// memory and barriers initialized before it may be written from the other CTAs after it.
-__device__ __forceinline__ void hm_cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
 }
 
 // One arrival that also announces bytes the phase must wait for (bulk copies).
@@ -120,18 +92,6 @@ __device__ __forceinline__ void hm_tma_load_2d(void *smem, const void *map, int 
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
       "[%4];\n" ::"r"(hm_smem_addr(smem)),
       "l"(map), "r"(x), "r"(y), "r"(hm_smem_addr(bar))
-      : "memory");
-}
-
-// hm_tma_load_2d into the same offset of the shared memory of every CTA of the cluster in
-// `ctas` (a bit a rank), each completing onto its own barrier at bar's offset: one read of
-// L2 for all of them.
-__device__ __forceinline__ void hm_tma_load_2d_multicast(void *smem, const void *map, int x, int y,
-                                                         unsigned long long *bar, unsigned short ctas) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(hm_smem_addr(smem)),
-      "l"(map), "r"(x), "r"(y), "r"(hm_smem_addr(bar)), "h"(ctas)
       : "memory");
 }
 

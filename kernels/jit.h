@@ -111,10 +111,6 @@ hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void *
  * the calling thread's current context, once the caller has waited for the kernels that
  * write it; HM_UNSUPPORTED when the module has none. */
 hm_status hm_kernel_read_global(const hm_kernel *kernel, const char *name, void *dst, size_t bytes);
-/* The clusters (of the kernel's own shape, from its metadata) the device holds at once with
- * blocks of `threads` threads and shared_bytes of dynamic shared memory; asked of the driver
- * once per kernel. HM_UNSUPPORTED when not one fits. */
-hm_status hm_kernel_max_clusters(hm_kernel *kernel, unsigned threads, size_t shared_bytes, int *out);
 /* Registers, static shared memory and max threads per block of a loaded kernel. */
 hm_status hm_kernel_attributes(const hm_kernel *kernel, int *regs, int *static_shared, int *max_threads);
 

@@ -19,7 +19,6 @@ struct hm_kernel {
   int regs, static_shared, max_threads;
   pthread_mutex_t limit_lock; /* launches from several threads may raise the limit */
   size_t shared_limit;        /* dynamic shared memory the function is allowed now */
-  int max_clusters;           /* hm_kernel_max_clusters' answer, 0 until asked (under limit_lock) */
 };
 
 /* Allows the function bytes of dynamic shared memory; the caller holds limit_lock or owns k. */

@@ -10,7 +10,6 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "kernels/jit_kernel.h"
-#include "log.h"
 #include "params.h"
 
 static unsigned product(const unsigned d[3]) {
@@ -91,41 +90,6 @@ hm_status hm_kernel_launch(hm_kernel *kernel, const hm_launch_dims *dims, void *
   }
   HM_CU_CHECK(cuLaunchKernelEx(&cfg, kernel->function, args, NULL));
   return HM_OK;
-}
-
-static hm_status query_max_clusters(hm_kernel *k, unsigned threads, size_t shared_bytes, int *out) {
-  unsigned cluster[3];
-  const hm_launch_dims none = {{1, 1, 1}, {threads, 1, 1}, shared_bytes, {0, 0, 0}};
-  pick_cluster(k, &none, cluster);
-  CUlaunchAttribute attr;
-  memset(&attr, 0, sizeof(attr));
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = cluster[0];
-  attr.value.clusterDim.y = cluster[1];
-  attr.value.clusterDim.z = cluster[2];
-  CUlaunchConfig cfg = {cluster[0], cluster[1], cluster[2], threads, 1, 1, (unsigned)shared_bytes,
-                        NULL,       &attr,      1};
-  HM_CU_CHECK(cuOccupancyMaxActiveClusters(out, k->function, &cfg));
-  if (*out < 1)
-    HM_FAIL(HM_UNSUPPORTED,
-            "kernel %s: no cluster of %ux%ux%u blocks (%u threads, %zu bytes of shared memory) fits", k->name,
-            cluster[0], cluster[1], cluster[2], threads, shared_bytes);
-  HM_INFO(JIT, "kernel %s: %d clusters of %u blocks resident at once", k->name, *out, product(cluster));
-  return HM_OK;
-}
-
-hm_status hm_kernel_max_clusters(hm_kernel *kernel, unsigned threads, size_t shared_bytes, int *out) {
-  HM_CHECK_NOT_NULL(kernel);
-  HM_CHECK_NOT_NULL(out);
-  HM_CU_CHECK(cuCtxSetCurrent(kernel->ctx));
-  HM_CHECK(raise_shared_limit(kernel, shared_bytes));
-  hm_status ret = HM_OK;
-  pthread_mutex_lock(&kernel->limit_lock);
-  if (kernel->max_clusters == 0)
-    ret = query_max_clusters(kernel, threads, shared_bytes, &kernel->max_clusters);
-  *out = kernel->max_clusters;
-  pthread_mutex_unlock(&kernel->limit_lock);
-  return ret;
 }
 
 hm_status hm_kernel_read_global(const hm_kernel *kernel, const char *name, void *dst, size_t bytes) {

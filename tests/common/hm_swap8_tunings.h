@@ -11,12 +11,11 @@
 
 #include "kernels/gemm_config.h"
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning hm_swap8_tunings[] = {
-    {8, 128, 128, 1, 2, 2, 4, true, 4, 1, HM_MMA_SYNC, false,
-     0}, /* the decode default's shape at half its bn */
-    {8, 128, 64, 1, 1, 2, 3, false, 0, 2, HM_MMA_SYNC, false, 0}, /* two units a warp, bk 64, data-parallel */
-    {8, 64, 128, 1, 1, 4, 2, true, 1, 1, HM_MMA_SYNC, false, 0},  /* four k-warps, one-iteration Stream-K */
+    {8, 128, 128, 1, 2, 2, 4, true, 4, 1, HM_MMA_SYNC, false}, /* the decode default's shape at half its bn */
+    {8, 128, 64, 1, 1, 2, 3, false, 0, 2, HM_MMA_SYNC, false}, /* two units a warp, bk 64, data-parallel */
+    {8, 64, 128, 1, 1, 4, 2, true, 1, 1, HM_MMA_SYNC, false},  /* four k-warps, one-iteration Stream-K */
 };
 
 #endif

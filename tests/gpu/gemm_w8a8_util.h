@@ -288,15 +288,12 @@ static inline bool arch_takes(const w8_case *c) {
 /* What a run of cases checks at each M: the dense GEMM, or every MoE layout. */
 typedef enum w8_layouts { W8_DENSE, W8_MOE } w8_layouts;
 
-/* The layer's config of a GEMM type with tuning t, compiled and bound to its weights. Indexed
- * launches gather their token rows, so there is no TMA tile for a cluster to share: they run
- * t without one. */
+/* The layer's config of a GEMM type with tuning t, compiled and bound to its weights. */
 static inline void w8_forced_make(const w8_layer *x, hm_gemm_type type, const hm_gemm_tuning *t,
                                   w8_forced *f) {
   memset(f, 0, sizeof(*f));
   HM_ASSERT_OK(hm_layer_gemm_base(x->layer, type, &f->cfg));
   f->cfg.tuning = *t;
-  if (type == HM_GEMM_INDEXED) f->cfg.tuning.cluster_n = 0;
   HM_ASSERT_OK(hm_gemm_config_check(&f->cfg));
   hm_gemm_source src;
   HM_ASSERT_OK(hm_gemm_gen(&f->cfg, &src));

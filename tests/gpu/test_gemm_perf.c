@@ -142,20 +142,19 @@ static void checked_launch(void *ctx, const hm_gemm_args *device_args) {
   HM_ASSERT_OK(hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops[0], device_args, f->workspace, NULL));
 }
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning decode_tunings[] = {
-    {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0}, /* the 16-row decode tile */
-    {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false,
-     0}, /* swapped operands, same shape (the default) */
-    {8, 256, 128, 1, 4, 2, 4, true, 4, 2, HM_MMA_SYNC, false,
-     0}, /* the default, two CTAs an SM (<= 128 registers) */
-    {8, 256, 256, 1, 4, 4, 4, true, 2, 1, HM_MMA_SYNC, false,
-     0}, /* swapped, bk 256: half the barriers per weight byte */
-    {8, 128, 128, 1, 1, 2, 6, true, 4, 2, HM_MMA_SYNC, false,
-     0}, /* swapped, two units a warp, two CTAs an SM */
-    {8, 256, 128, 1, 4, 1, 6, true, 4, 2, HM_MMA_SYNC, false, 0}, /* swapped, no k split, two CTAs an SM */
-    {8, 256, 256, 1, 4, 2, 3, true, 4, 2, HM_MMA_SYNC, false,
-     0}, /* swapped, bk 256, two CTAs an SM: the tuned MoE decode kernel */
+    {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false}, /* the 16-row decode tile */
+    {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC,
+     false}, /* swapped operands, same shape (the default) */
+    {8, 256, 128, 1, 4, 2, 4, true, 4, 2, HM_MMA_SYNC,
+     false}, /* the default, two CTAs an SM (<= 128 registers) */
+    {8, 256, 256, 1, 4, 4, 4, true, 2, 1, HM_MMA_SYNC,
+     false}, /* swapped, bk 256: half the barriers per weight byte */
+    {8, 128, 128, 1, 1, 2, 6, true, 4, 2, HM_MMA_SYNC, false}, /* swapped, two units a warp, two CTAs an SM */
+    {8, 256, 128, 1, 4, 1, 6, true, 4, 2, HM_MMA_SYNC, false}, /* swapped, no k split, two CTAs an SM */
+    {8, 256, 256, 1, 4, 2, 3, true, 4, 2, HM_MMA_SYNC,
+     false}, /* swapped, bk 256, two CTAs an SM: the tuned MoE decode kernel */
 };
 #define DECODE_TUNINGS ((int)HM_ARRAY_SIZE(decode_tunings))
 
@@ -249,23 +248,22 @@ static void swapped_vs_standard_decode(void **state) {
   if (failed) fail_msg("%d decode kernels wrong", failed);
 }
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning large_tunings[] = {
-    {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false, 0},  /* the mma.sync large-M default */
-    {128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false, 0},   /* mma.sync, bk 64, deeper ring */
-    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* the wgmma large-M default */
-    {128, 256, 64, 1, 8, 1, 6, false, 0, 1, HM_MMA_WGMMA, false, 0}, /* the same, data-parallel only */
-    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false,
-     0}, /* N = 256 a warpgroup: half the dequant a flop */
-    {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0}, /* bk 128: half the barriers */
-    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* the 33..64-rows-per-expert default */
+    {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false},  /* the mma.sync large-M default */
+    {128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false},   /* mma.sync, bk 64, deeper ring */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* the wgmma large-M default */
+    {128, 256, 64, 1, 8, 1, 6, false, 0, 1, HM_MMA_WGMMA, false}, /* the same, data-parallel only */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA,
+     false}, /* N = 256 a warpgroup: half the dequant a flop */
+    {128, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false}, /* bk 128: half the barriers */
+    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* the 33..64-rows-per-expert default */
     /* Warp-specialized (gemm_ws_wgmma.cuh): the output tile has its own bytes beside the ring. */
-    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 0},  /* ws, bk 128 over 3 stages */
-    {128, 256, 128, 1, 8, 1, 3, false, 0, 1, HM_MMA_WGMMA, true, 0}, /* the same, data-parallel only */
-    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true, 0},   /* ws, bk 64 over 6 stages */
-    {256, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true,
-     0}, /* ws, 256 tokens: half the dequant a flop */
-    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* ws, the 33..64-row shape */
+    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true},  /* ws, bk 128 over 3 stages */
+    {128, 256, 128, 1, 8, 1, 3, false, 0, 1, HM_MMA_WGMMA, true}, /* the same, data-parallel only */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, true},   /* ws, bk 64 over 6 stages */
+    {256, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* ws, 256 tokens: half the dequant a flop */
+    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* ws, the 33..64-row shape */
 };
 #define LARGE_TUNINGS ((int)HM_ARRAY_SIZE(large_tunings))
 

@@ -70,12 +70,12 @@ static const gt_case moe_cases[] = {
     {"moe u3z g32 f16", FS(U3, 32, true, F16), HM_F16, HM_BF16, false, 520, 992, 4, false},
 };
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning tunings[] = {
-    {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-    {8, 128, 64, 1, 2, 1, 3, false, 0, 2, HM_MMA_SYNC, false, 0},
-    {8, 128, 256, 1, 1, 4, 3, true, 2, 1, HM_MMA_SYNC, false, 0},
-    {8, 256, 256, 1, 4, 1, 3, true, 2, 1, HM_MMA_SYNC, false, 0}, /* 16 k16 steps a warp and stage */
+    {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+    {8, 128, 64, 1, 2, 1, 3, false, 0, 2, HM_MMA_SYNC, false},
+    {8, 128, 256, 1, 1, 4, 3, true, 2, 1, HM_MMA_SYNC, false},
+    {8, 256, 256, 1, 4, 1, 3, true, 2, 1, HM_MMA_SYNC, false}, /* 16 k16 steps a warp and stage */
 };
 #define TUNINGS ((int)HM_ARRAY_SIZE(tunings))
 

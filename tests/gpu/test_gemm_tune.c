@@ -15,31 +15,31 @@ static hm_stream *stream;
 #define REPS 16
 #define COPIES 4
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning decode[] = {
-    {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-    {16, 256, 128, 1, 4, 2, 6, true, 4, 1, HM_MMA_SYNC, false, 0},
-    {16, 128, 128, 1, 2, 2, 4, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {16, 128, 128, 1, 2, 2, 6, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {16, 128, 256, 1, 2, 4, 4, true, 2, 2, HM_MMA_SYNC, false, 0},
-    {16, 64, 256, 1, 1, 4, 6, true, 2, 3, HM_MMA_SYNC, false, 0},
-    {16, 128, 64, 1, 2, 1, 8, true, 4, 3, HM_MMA_SYNC, false, 0},
-    {16, 256, 64, 1, 4, 1, 8, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {16, 64, 128, 1, 1, 2, 8, true, 4, 4, HM_MMA_SYNC, false, 0},
-    {16, 256, 256, 1, 4, 4, 3, true, 2, 1, HM_MMA_SYNC, false, 0},
-    {16, 256, 128, 1, 4, 2, 4, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {16, 128, 128, 1, 2, 2, 4, true, 4, 3, HM_MMA_SYNC, false, 0},
-    {16, 256, 128, 1, 4, 2, 4, true, 16, 1, HM_MMA_SYNC, false, 0},
+    {16, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false},
+    {16, 256, 128, 1, 4, 2, 6, true, 4, 1, HM_MMA_SYNC, false},
+    {16, 128, 128, 1, 2, 2, 4, true, 4, 2, HM_MMA_SYNC, false},
+    {16, 128, 128, 1, 2, 2, 6, true, 4, 2, HM_MMA_SYNC, false},
+    {16, 128, 256, 1, 2, 4, 4, true, 2, 2, HM_MMA_SYNC, false},
+    {16, 64, 256, 1, 1, 4, 6, true, 2, 3, HM_MMA_SYNC, false},
+    {16, 128, 64, 1, 2, 1, 8, true, 4, 3, HM_MMA_SYNC, false},
+    {16, 256, 64, 1, 4, 1, 8, true, 4, 2, HM_MMA_SYNC, false},
+    {16, 64, 128, 1, 1, 2, 8, true, 4, 4, HM_MMA_SYNC, false},
+    {16, 256, 256, 1, 4, 4, 3, true, 2, 1, HM_MMA_SYNC, false},
+    {16, 256, 128, 1, 4, 2, 4, true, 4, 2, HM_MMA_SYNC, false},
+    {16, 128, 128, 1, 2, 2, 4, true, 4, 3, HM_MMA_SYNC, false},
+    {16, 256, 128, 1, 4, 2, 4, true, 16, 1, HM_MMA_SYNC, false},
 };
 static const hm_gemm_tuning large[] = {
-    {128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-    {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false, 0},
-    {128, 128, 64, 2, 2, 1, 4, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {64, 256, 64, 1, 4, 1, 4, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {256, 128, 64, 4, 2, 1, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
-    {128, 128, 128, 2, 2, 1, 3, true, 4, 2, HM_MMA_SYNC, false, 0},
-    {64, 128, 64, 1, 2, 1, 6, true, 4, 3, HM_MMA_SYNC, false, 0},
-    {128, 256, 64, 4, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false, 0},
+    {128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false},
+    {128, 256, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_SYNC, false},
+    {128, 128, 64, 2, 2, 1, 4, true, 4, 2, HM_MMA_SYNC, false},
+    {64, 256, 64, 1, 4, 1, 4, true, 4, 2, HM_MMA_SYNC, false},
+    {256, 128, 64, 4, 2, 1, 4, true, 4, 1, HM_MMA_SYNC, false},
+    {128, 128, 128, 2, 2, 1, 3, true, 4, 2, HM_MMA_SYNC, false},
+    {64, 128, 64, 1, 2, 1, 6, true, 4, 3, HM_MMA_SYNC, false},
+    {128, 256, 64, 4, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false},
 };
 
 typedef struct launch_ctx {

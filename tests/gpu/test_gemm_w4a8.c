@@ -79,11 +79,11 @@ static void swap8_moe_layouts_match_reference(void **state) {
 
 /* Standard (16-row and up) tiles where the plans pick the swapped one, and beyond: each bk
  * 128 or less divides 128 for 1x128 activation scales, and each fits sm_89's shared memory. */
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning std_tunings[] = {
-    {16, 128, 128, 1, 2, 2, 4, true, 4, 1, HM_MMA_SYNC, false, 0},  /* one m16 block, two k-warps */
-    {64, 256, 128, 2, 4, 1, 3, false, 0, 1, HM_MMA_SYNC, false, 0}, /* two units a warp, data-parallel */
-    {32, 128, 64, 2, 2, 1, 4, true, 1, 1, HM_MMA_SYNC, false, 0},   /* bk 64, one-iteration Stream-K */
+    {16, 128, 128, 1, 2, 2, 4, true, 4, 1, HM_MMA_SYNC, false}, /* one m16 block, two k-warps */
+    {64, 256, 128, 2, 4, 1, 3, false, 0, 1, HM_MMA_SYNC, false}, /* two units a warp, data-parallel */
+    {32, 128, 64, 2, 2, 1, 4, true, 1, 1, HM_MMA_SYNC, false},  /* bk 64, one-iteration Stream-K */
 };
 
 static void std_tiles_dense_match_reference(void **state) {

@@ -8,8 +8,7 @@
  * expert that gets no tokens. C is poisoned first: every element the reference writes
  * must be written, no other. On sm_90 the same cases run again with the wgmma kernel
  * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes, and
- * again with its warp-specialized form (gemm_w8a8_ws.cuh), alone and in clusters of two
- * sharing the token tile (indexed launches, which gather, run without). f16 accumulation
+ * again with its warp-specialized form (gemm_w8a8_ws.cuh). f16 accumulation
  * (hm_layer_config.fp16_accumulate): fp8 per-channel, mxfp4 and nvfp4 weights with per-token
  * scales, dense and the MoE layouts, and every code at its largest, within a looser bound. The
  * swapped 8-row tile forced on every case and GEMM type (gemm_w8a8_util.h w8_swap8_test),
@@ -77,34 +76,24 @@ static const w8_case acc16_saturated_cases[] = {
 
 static const int64_t wgmma_m_list[] = {7, 333, 1027};
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning wgmma_shapes[] = {
-    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0}, /* the large-M default */
-    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* the 33..64-row default */
-    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, false, 0}, /* 2 token warpgroups, data-parallel */
-    {96, 128, 128, 1, 8, 1, 5, true, 2, 1, HM_MMA_WGMMA, false, 0},  /* N = 96, short Stream-K pieces */
-    {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false, 0},   /* one warpgroup, 2 CTAs an SM */
+    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* 2 token warpgroups, data-parallel */
+    {96, 128, 128, 1, 8, 1, 5, true, 2, 1, HM_MMA_WGMMA, false},  /* N = 96, short Stream-K pieces */
+    {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},   /* one warpgroup, 2 CTAs an SM */
 };
 
 /* Warp-specialized: two consumer warpgroups and a producer, one CTA an SM; a warpgroup's
  * tokens are whole m64 blocks (the wgmma M), its columns the wgmma N. */
 static const hm_gemm_tuning ws_shapes[] = {
-    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* the large-M default */
-    {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* two m64 blocks a warpgroup, N = 64 */
-    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* two m64 blocks a warpgroup, N = 128 */
-    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 0},  /* 64 tokens, N = 128 a warpgroup */
-    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true, 0}, /* 2 token warpgroups, data-parallel */
-    {128, 128, 128, 2, 4, 1, 3, true, 1, 1, HM_MMA_WGMMA, true,
-     0}, /* one-iteration Stream-K pieces, 3 stages */
-};
-
-/* Clusters of two CTAs on adjacent n tiles, each loading half the token tile into both (TMA
- * multicast); odd n tile counts (N = 640, 520, 384, 328) leave the last cluster a tile past N. */
-static const hm_gemm_tuning cluster_shapes[] = {
-    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 2}, /* the tile past 512 rows an expert */
-    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true, 2}, /* two warpgroups of 64 tokens */
-    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 2},  /* 32 token rows a CTA loads */
-    {128, 128, 128, 2, 4, 1, 3, true, 1, 1, HM_MMA_WGMMA, true, 2}, /* one-iteration Stream-K pieces */
+    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true}, /* the large-M default */
+    {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* two m64 blocks a warpgroup, N = 64 */
+    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* two m64 blocks a warpgroup, N = 128 */
+    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 64 tokens, N = 128 a warpgroup */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
+    {128, 128, 128, 2, 4, 1, 3, true, 1, 1, HM_MMA_WGMMA, true}, /* one-iteration Stream-K pieces, 3 stages */
 };
 
 static void dense_matches_reference(void **state) {
@@ -195,18 +184,6 @@ static bool f16_acc_saturated(const w8_case *c, int64_t m) {
 }
 
 /* f16_acc_or_skip asks sm_89 first, so w8_cases_run skips none of these fp8 cases. */
-static void cluster_dense_matches_reference(void **state) {
-  (void)state;
-  forced_test("w8a8_cluster_dense_matches_reference", W8_DENSE, cluster_shapes, HM_ARRAY_SIZE(cluster_shapes),
-              "dense W8A8 cluster");
-}
-
-static void cluster_moe_layouts_match_reference(void **state) {
-  (void)state;
-  forced_test("w8a8_cluster_moe_layouts_match_reference", W8_MOE, cluster_shapes,
-              HM_ARRAY_SIZE(cluster_shapes), "MoE W8A8 cluster");
-}
-
 static void f16_acc_dense_matches_reference(void **state) {
   (void)state;
   if (!f16_acc_or_skip()) skip();
@@ -257,8 +234,6 @@ int main(void) {
       cmocka_unit_test(wgmma_moe_layouts_match_reference),
       cmocka_unit_test(ws_dense_matches_reference),
       cmocka_unit_test(ws_moe_layouts_match_reference),
-      cmocka_unit_test(cluster_dense_matches_reference),
-      cmocka_unit_test(cluster_moe_layouts_match_reference),
       cmocka_unit_test(f16_acc_dense_matches_reference),
       cmocka_unit_test(f16_acc_moe_layouts_match_reference),
       cmocka_unit_test(swap8_dense_matches_reference),

@@ -45,24 +45,24 @@ static const gt_case moe_cases[] = {
     {"moe wgmma f16 unquantized", UNQ(F16), HM_F16, HM_F16, true, 320, 200, 8, false},
 };
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning shapes[] = {
-    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* large-M default, 2 x 128 columns */
-    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups x 64 columns, N = 256 */
-    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA, false, 0}, /* the 33..64-row shape, data-parallel */
-    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups along tokens, N = 96 */
-    {128, 128, 64, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA, false, 0},  /* one warpgroup, 2 CTAs an SM */
-    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups x 64 columns, N = 192 */
-    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false, 0},  /* N = 32, 2 warpgroups along tokens */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* large-M default, 2 x 128 columns */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 256 */
+    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* the 33..64-row shape, data-parallel */
+    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups along tokens, N = 96 */
+    {128, 128, 64, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA, false},  /* one warpgroup, 2 CTAs an SM */
+    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 192 */
+    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},  /* N = 32, 2 warpgroups along tokens */
 };
 
 /* Warp-specialized: two consumer warpgroups, one CTA an SM; Stream-K down to one k-tile. */
 static const hm_gemm_tuning ws_shapes[] = {
-    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* bk 128 over 3 stages */
-    {128, 256, 64, 1, 8, 1, 6, true, 1, 1, HM_MMA_WGMMA, true, 0},  /* bk 64 over 6, Stream-K to 1 k-tile */
-    {256, 128, 64, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true, 0},  /* 256 tokens a warpgroup */
-    {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true, 0}, /* 2 token warpgroups, data-parallel */
-    {64, 256, 128, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true, 0},  /* the 33..64-row shape */
+    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* bk 128 over 3 stages */
+    {128, 256, 64, 1, 8, 1, 6, true, 1, 1, HM_MMA_WGMMA, true},  /* bk 64 over 6, Stream-K to 1 k-tile */
+    {256, 128, 64, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true},  /* 256 tokens a warpgroup */
+    {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
+    {64, 256, 128, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true},  /* the 33..64-row shape */
 };
 
 /* A table of tunings the cases rotate over. */

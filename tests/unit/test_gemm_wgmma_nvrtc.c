@@ -39,24 +39,23 @@ static const format formats[] = {
     {HM_BF16, 0, false, HM_BF16, HM_BF16, true, false},  {HM_F16, 0, false, HM_F16, HM_F16, false, false},
 };
 
-/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws cluster_n */
+/* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
 static const hm_gemm_tuning shapes[] = {
-    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups x 128 columns, N = 128 */
-    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups x 64 columns, N = 256 */
-    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA, false, 0}, /* N = 64, data-parallel only */
-    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups along tokens, N = 96 */
-    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* 2 warpgroups x 64 columns, N = 192 */
-    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false, 0},  /* N = 32, 2 CTAs an SM */
+    {128, 256, 64, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 128 columns, N = 128 */
+    {256, 128, 64, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 256 */
+    {64, 256, 128, 1, 8, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* N = 64, data-parallel only */
+    {192, 128, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups along tokens, N = 96 */
+    {192, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, false},  /* 2 warpgroups x 64 columns, N = 192 */
+    {64, 128, 128, 2, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},  /* N = 32, 2 CTAs an SM */
 };
 
 /* Warp-specialized (gemm_ws_wgmma.cuh): two consumer warpgroups, one CTA an SM, the output
  * tile staged in the output type beside the ring. */
 static const hm_gemm_tuning ws_shapes[] = {
-    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* bk 128 over 3 stages */
-    {128, 256, 64, 1, 8, 1, 6, true, 1, 1, HM_MMA_WGMMA, true,
-     0}, /* bk 64 over 6, Stream-K down to 1 k-tile */
-    {256, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 0},  /* 256 tokens a warpgroup */
-    {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true, 0}, /* 2 token warpgroups, data-parallel */
+    {128, 256, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* bk 128 over 3 stages */
+    {128, 256, 64, 1, 8, 1, 6, true, 1, 1, HM_MMA_WGMMA, true},  /* bk 64 over 6, Stream-K down to 1 k-tile */
+    {256, 128, 64, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 256 tokens a warpgroup */
+    {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
 };
 
 /* W8A8 (gemm_w8a8_wgmma.cuh): fp8 with 128x128 block or per-channel weight scales, int8
@@ -80,25 +79,19 @@ static const w8a8_format w8a8_formats[] = {
 
 /* bk is 128; at most 2 warpgroups of at most 64 accumulators, beside as many partial sums. */
 static const hm_gemm_tuning w8a8_shapes[] = {
-    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0}, /* the large-M default */
-    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* the 33..64-row default */
-    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, false, 0}, /* 2 token warpgroups, data-parallel */
-    {96, 128, 128, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false, 0},  /* N = 96 */
-    {64, 64, 128, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA, false, 0},   /* one warpgroup, 2 CTAs an SM */
+    {128, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false}, /* the large-M default */
+    {64, 128, 128, 1, 8, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},  /* the 33..64-row default */
+    {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, false}, /* 2 token warpgroups, data-parallel */
+    {96, 128, 128, 1, 8, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},  /* N = 96 */
+    {64, 64, 128, 1, 4, 1, 4, true, 2, 2, HM_MMA_WGMMA, false},   /* one warpgroup, 2 CTAs an SM */
 };
 
 /* Warp-specialized (gemm_w8a8_ws.cuh): two consumer warpgroups, one CTA an SM. */
 static const hm_gemm_tuning w8a8_ws_shapes[] = {
-    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* the default to 512 rows an expert */
-    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 0}, /* past 512 rows an expert */
-    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true, 0},  /* 64 tokens, N = 128 a warpgroup */
-    {128, 128, 128, 1, 8, 1, 3, true, 2, 1, HM_MMA_WGMMA, true, 0}, /* two m64 blocks, N = 64, 3 stages */
-};
-
-/* Clusters of two sharing the token tile (TMA multicast): the tiles that stream the most tokens. */
-static const hm_gemm_tuning w8a8_cluster_shapes[] = {
-    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true, 2},
-    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true, 2},
+    {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true}, /* the default to 512 rows an expert */
+    {256, 128, 128, 2, 4, 1, 3, true, 4, 1, HM_MMA_WGMMA, true}, /* past 512 rows an expert */
+    {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 64 tokens, N = 128 a warpgroup */
+    {128, 128, 128, 1, 8, 1, 3, true, 2, 1, HM_MMA_WGMMA, true}, /* two m64 blocks, N = 64, 3 stages */
 };
 
 static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
@@ -207,15 +200,6 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
       add(&b, &c);
       assert_non_null(strstr(b.src[b.count - 1].name, "_wgmma_ws"));
     }
-  /* Clusters: every W8A8 format; the GEMM types with TMA token tiles (not indexed) and the
-   * shapes rotate. */
-  static const hm_gemm_type tma_types[] = {HM_GEMM_DENSE, HM_GEMM_GROUPED_CONTIGUOUS, HM_GEMM_GROUPED_MASKED};
-  for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++) {
-    const hm_gemm_config c = w8a8_config_of(&w8a8_formats[i], tma_types[i % HM_ARRAY_SIZE(tma_types)],
-                                            &w8a8_cluster_shapes[i % HM_ARRAY_SIZE(w8a8_cluster_shapes)]);
-    add(&b, &c);
-    assert_non_null(strstr(b.src[b.count - 1].name, "_wgmma_ws_x2"));
-  }
   hm_kernel_source srcs[HM_ARRAY_SIZE(b.cfg)];
   const hm_cubin *outs[HM_ARRAY_SIZE(b.cfg)];
   for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
@@ -232,7 +216,6 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     assert_true(meta.present);
     assert_int_equal(meta.threads, hm_gemm_config_threads(&b.cfg[i]));
     assert_int_equal(meta.shared_bytes, hm_gemm_config_smem_bytes(&b.cfg[i]));
-    assert_int_equal(meta.cluster[0], hm_gemm_cluster_n(&b.cfg[i].tuning));
     assert_no_serialization(outs[i], b.src[i].name);
     hm_gemm_source_free(&b.src[i]);
   }
@@ -284,7 +267,7 @@ static void configs_it_cannot_run_are_refused(void **state) {
   expect_refused(&c, HM_UNSUPPORTED, "shared memory");
   /* Warp specialization: wgmma only, two consumer warpgroups, one CTA an SM. */
   c = good;
-  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, true, 0};
+  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, true};
   expect_refused(&c, HM_UNSUPPORTED, "wgmma kernels only");
   const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_ws_shapes[0]);
   HM_ASSERT_OK(hm_gemm_config_check(&ws));
@@ -306,23 +289,8 @@ static void configs_it_cannot_run_are_refused(void **state) {
   c.tuning.bn = 192; /* N = 192 a warpgroup straddles two 128-column scale blocks */
   c.tuning.stages = 3;
   expect_refused(&c, HM_INVALID_ARGUMENT, "scale blocks");
-  /* Clusters: the W8A8 warp-specialized kernel with TMA token tiles, shares of 8 rows. */
-  c = ws;
-  c.tuning.cluster_n = 2;
-  HM_ASSERT_OK(hm_gemm_config_check(&c));
-  c.tuning.cluster_n = 4;
-  expect_refused(&c, HM_INVALID_ARGUMENT, "cluster_n=4");
-  c = w8a8_config_of(&w8a8_formats[0], HM_GEMM_INDEXED, &w8a8_ws_shapes[0]);
-  c.tuning.cluster_n = 2;
-  expect_refused(&c, HM_UNSUPPORTED, "not indexed");
-  c = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_shapes[0]);
-  c.tuning.cluster_n = 2;
-  expect_refused(&c, HM_UNSUPPORTED, "TMA token tiles");
   const hm_gemm_config wo = config_of(&formats[0], HM_GEMM_DENSE, &ws_shapes[0]);
   HM_ASSERT_OK(hm_gemm_config_check(&wo));
-  c = wo;
-  c.tuning.cluster_n = 2;
-  expect_refused(&c, HM_UNSUPPORTED, "W8A8 warp-specialized");
   c = wo;
   c.tuning.warps_n = 4; /* one consumer warpgroup */
   c.tuning.bn = 128;
@@ -334,7 +302,7 @@ static void configs_it_cannot_run_are_refused(void **state) {
   char a[256], m[256];
   hm_gemm_config_name(&good, a, sizeof(a));
   c = good;
-  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false, 0};
+  c.tuning = (hm_gemm_tuning){128, 256, 64, 2, 4, 1, 4, true, 4, 1, HM_MMA_SYNC, false};
   HM_ASSERT_OK(hm_gemm_config_check(&c));
   hm_gemm_config_name(&c, m, sizeof(m));
   assert_string_not_equal(a, m);

@@ -333,7 +333,7 @@ typedef struct measured_plan {
 
 /* The fixed table's decode tile under the schedules the eighth session timed. */
 #define DECODE_TILE(stages, sk, ctas) \
-  { 8, 256, 128, 1, 4, 2, stages, sk, (sk) ? 4 : 0, ctas, HM_MMA_SYNC, false, 0 }
+  { 8, 256, 128, 1, 4, 2, stages, sk, (sk) ? 4 : 0, ctas, HM_MMA_SYNC, false }
 static const measured_plan decode_plans[] = {
     {"s4 Stream-K c1", DECODE_TILE(4, true, 1)},
     {"s4 c2", DECODE_TILE(4, true, 2)},

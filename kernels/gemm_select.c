@@ -138,18 +138,17 @@ static hm_status select_class(const hm_gemm_config *base, int cls, int64_t valid
 }
 
 /*
- * W8A8 grouped launches (masked, contiguous) of 32- and 64-row tiles: the warp-specialized
- * kernel's 64-token tile, two warpgroups of 128 columns, streams the experts' weights at the
- * copy rate. fp8 block-scaled masked gate_up at 256 and 1024 rows an expert (DeepSeek-V3)
- * ran 1752 and 1827 us on it (4.2-4.3 TB/s), 1.53x and 2.10x the mma.sync bm32 and bm64
- * tiles the cost model picks (docs/PERF.md, fourteenth session). Dense layers keep theirs:
- * one expert's few 64-token tiles would leave most SMs to Stream-K.
+ * W8A8 launches of 32- and 64-row tiles with TMA token tiles (dense, masked, contiguous;
+ * take_if_legal turns indexed ones down): the warp-specialized kernel's 64-token tile, two
+ * warpgroups of 128 columns, streams the weights near the copy rate. fp8 block-scaled masked
+ * gate_up at 256 and 1024 rows an expert (DeepSeek-V3) ran 1752 and 1827 us on it
+ * (4.2-4.3 TB/s), 1.53x and 2.10x the mma.sync bm32 and bm64 tiles the cost model picks
+ * (fourteenth session); DeepSeek-V3's dense MLP at 32 and 64 tokens 1.03-1.06x and
+ * 1.37-1.56x (fifteenth session, docs/PERF.md).
  */
-static bool w8a8_grouped_mid(const hm_gemm_config *cfg) {
+static bool w8a8_mid(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  const hm_gemm_type type = cfg->compute.type;
-  return hm_gemm_is_w8a8(&cfg->layer) && !t->ws && (t->bm == 32 || t->bm == 64) &&
-         (type == HM_GEMM_GROUPED_MASKED || type == HM_GEMM_GROUPED_CONTIGUOUS) && wgmma_class_applies(cfg);
+  return hm_gemm_is_w8a8(&cfg->layer) && !t->ws && (t->bm == 32 || t->bm == 64) && wgmma_class_applies(cfg);
 }
 
 /* cfg = ws where ws's producer loads token tiles with TMA and its stages fit at bk, a
@@ -174,7 +173,7 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const bool quantized = hm_gemm_is_w8a8(&cfg->layer) || hm_gemm_weight_bits(cfg->layer.weight) < 16;
   hm_gemm_config ws = *cfg;
-  if (w8a8_grouped_mid(cfg)) {
+  if (w8a8_mid(cfg)) {
     static const hm_gemm_tuning mid_ws = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
     ws.tuning = mid_ws;
     fit_columns(&ws.tuning, cfg->layer.n);

@@ -82,7 +82,8 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
  * Plans of every variant, type and arch are legal configs: the swapped 8-row tile up to 8
  * rows per expert (not for batch-invariant layers, which keep one MMA shape), then on
  * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128)
- * above 32 rows per expert, warp-specialized for 128-token tiles of non-indexed types.
+ * above 32 rows per expert, and warp-specialized from 17 rows an expert where token tiles
+ * come by TMA (not indexed).
  */
 static void plans_are_legal(void **state) {
   (void)state;
@@ -98,13 +99,13 @@ static void plans_are_legal(void **state) {
           for (int j = 0; j < plan.count; j++) {
             const hm_gemm_config *c = &plan.cfg[j];
             const int64_t m_lo = j == 0 ? 0 : plan.m_hi[j - 1];
-            const bool grouped = t == HM_GEMM_GROUPED_MASKED || t == HM_GEMM_GROUPED_CONTIGUOUS;
-            const bool wgmma = archs[a] == 90 && !inv && m_lo >= (grouped ? 16 : 32) * experts;
+            const bool tma = t != HM_GEMM_INDEXED;
+            const bool wgmma = archs[a] == 90 && !inv && m_lo >= (tma ? 16 : 32) * experts;
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
-            /* Warp-specialized with TMA token tiles (hm_gemm_prefer_ws): 128-token tiles, not
-             * indexed; grouped launches from 17 rows an expert. */
-            assert_int_equal(c->tuning.ws, wgmma && t != HM_GEMM_INDEXED && (c->tuning.bm >= 128 || grouped));
+            /* Warp-specialized wherever token tiles come by TMA (hm_gemm_prefer_ws): not
+             * indexed, from 17 rows an expert. */
+            assert_int_equal(c->tuning.ws, wgmma && tma);
             assert_int_equal(c->tuning.bm == 8, j == 0 && !inv);
             if (c->tuning.bm == 8) assert_true(plan.m_hi[0] == 8 * experts);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)

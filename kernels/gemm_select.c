@@ -189,7 +189,9 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
    * scales a thread a fold (gemm_w8a8_ws.cuh). 256 tokens a tile read half the L2 bytes a
    * flop of 128, which is what bounds the 128-token tile: fp8 block-scaled groups of 4096
    * rows ran 1.29x (gate_up) and 1.23x (down) faster on it (docs/PERF.md, fourteenth
-   * session). Fewer rows an expert would pad more of each tile. */
+   * session). The 256-token tile is no longer bound by them: clusters of two sharing its
+   * token tile by TMA multicast, a third fewer again, ran 0.96-1.00x (fifteenth session,
+   * reverted). Fewer rows an expert would pad more of each tile. */
   if (hm_gemm_is_w8a8(&cfg->layer) && t->bm == 128) {
     ws.tuning.warps_m = 2;
     ws.tuning.warps_n = 4;

@@ -255,7 +255,8 @@ static hm_status add_layers(struct kernel_bench *kb, const hm_quant_scheme *sche
   return HM_OK;
 }
 
-/* The scheme under test once per plan (same seed, so the same weights), then the bf16 baseline. */
+/* The scheme under test once per plan (same seed, so the same weights), then the bf16
+ * baseline. A pinned kernel is the scheme's: the baseline plans its own, as auto would. */
 static hm_status kernel_setup(struct kernel_bench *kb) {
   hm_bench *b = kb->b;
   kernel_shape(&b->o, &kb->shape);
@@ -266,8 +267,10 @@ static hm_status kernel_setup(struct kernel_bench *kb) {
   hm_quant_scheme bf16;
   HM_CHECK(hm_quant_scheme_parse("bf16", &bf16));
   bool self = b->o.scheme.weight.weight == HM_BF16 && b->o.scheme.act == HM_BF16;
+  const hm_plan_source primary = kb->plans.source[kb->plans.primary];
   if (!self && strcmp(b->o.baseline_name, "none") != 0)
-    HM_CHECK(add_layers(kb, &bf16, (uint64_t)b->o.seed + 1, kb->plans.source[kb->plans.primary]));
+    HM_CHECK(
+        add_layers(kb, &bf16, (uint64_t)b->o.seed + 1, primary == HM_PLAN_PINNED ? HM_PLAN_AUTO : primary));
   return HM_OK;
 }
 

@@ -4,7 +4,8 @@
  * distinctive tuning for the first M bucket of the model's gate_up, --plan all times
  * the default, heuristic and tuned tables side by side; the tuned one runs the stored
  * kernel in that bucket and the heuristic's past it, and every row carries the ratio,
- * the prediction and its error. A bad --plan exits 2.
+ * the prediction and its error. A bad --plan exits 2; a pinned kernel leaves the bf16
+ * baseline its own plan.
  */
 #include <math.h>
 #include <stdio.h>
@@ -145,6 +146,28 @@ static void one_plan_keeps_the_prediction(void **state) {
   assert_int_equal(run_bench("kernel --plan fastest"), 2);
 }
 
+/* A pinned kernel is the scheme's: the bf16 baseline plans its own, so a W8A8 tile whose
+ * 16-bit twin does not fit shared memory still runs beside it. */
+static void pinned_kernel_leaves_the_baseline_its_own(void **state) {
+  (void)state;
+  char args[512];
+  snprintf(args, sizeof(args),
+           "kernel --backend host --model tiny --quant w8a8-fp8 --plan "
+           "bm256_bn128_bk128_w2x4x1_s3_sk4_c1_wgmma_ws "
+           "--m 16 --iters 1 --warmup 0 --json %s/run.json",
+           dir);
+  if (run_bench(args) != 0) fail_msg("bench exited non-zero");
+  char path[512];
+  snprintf(path, sizeof(path), "%s/run.json", dir);
+  json_error_t err;
+  json_t *doc = json_load_file(path, 0, &err);
+  if (doc == NULL) fail_msg("run.json: %s", err.text);
+  json_t *row = json_array_get(json_object_get(doc, "rows"), 0);
+  assert_string_equal(text(row, "plan"), "pinned");
+  assert_true(tb_num(row, "bf16_us") > 0);
+  json_decref(doc);
+}
+
 static int teardown(void **state) {
   (void)state;
   char cmd[300];
@@ -161,6 +184,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(plan_all_shows_each_source),
       cmocka_unit_test(one_plan_keeps_the_prediction),
+      cmocka_unit_test(pinned_kernel_leaves_the_baseline_its_own),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   hm_shutdown();

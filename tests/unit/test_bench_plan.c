@@ -34,6 +34,18 @@ static int run_bench(const char *args) {
   return tb_system(cmd);
 }
 
+/* Runs the bench with args plus --json, and returns its report. */
+static json_t *run_report(const char *args) {
+  char cmd[1024], path[512];
+  snprintf(cmd, sizeof(cmd), "%s --json %s/run.json", args, dir);
+  if (run_bench(cmd) != 0) fail_msg("bench exited non-zero");
+  snprintf(path, sizeof(path), "%s/run.json", dir);
+  json_error_t err;
+  json_t *doc = json_load_file(path, 0, &err);
+  if (doc == NULL) fail_msg("run.json: %s", err.text);
+  return doc;
+}
+
 static const char *text(json_t *row, const char *key) {
   const char *s = json_string_value(json_object_get(row, key));
   if (s == NULL) fail_msg("row lacks a text for '%s'", key);
@@ -85,15 +97,10 @@ static void plan_all_shows_each_source(void **state) {
   const int bm = store_tuned_entry();
   char args[512];
   snprintf(args, sizeof(args),
-           "kernel --backend host --model tiny --plan all --m 1,64 --iters 2 --warmup 1 --json %s/run.json "
-           "--csv %s/run.csv",
-           dir, dir);
-  if (run_bench(args) != 0) fail_msg("bench exited non-zero");
+           "kernel --backend host --model tiny --plan all --m 1,64 --iters 2 --warmup 1 --csv %s/run.csv",
+           dir);
+  json_t *doc = run_report(args);
   char path[512], tag[32];
-  snprintf(path, sizeof(path), "%s/run.json", dir);
-  json_error_t err;
-  json_t *doc = json_load_file(path, 0, &err);
-  if (doc == NULL) fail_msg("run.json: %s", err.text);
   assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "config"), "plan")), "all");
   json_t *rows = json_object_get(doc, "rows");
   assert_int_equal(json_array_size(rows), 2);
@@ -129,15 +136,7 @@ static void plan_all_shows_each_source(void **state) {
 
 static void one_plan_keeps_the_prediction(void **state) {
   (void)state;
-  char args[512];
-  snprintf(args, sizeof(args),
-           "kernel --backend host --model tiny --plan default --m 4 --iters 2 --json %s/run.json", dir);
-  if (run_bench(args) != 0) fail_msg("bench exited non-zero");
-  char path[512];
-  snprintf(path, sizeof(path), "%s/run.json", dir);
-  json_error_t err;
-  json_t *doc = json_load_file(path, 0, &err);
-  if (doc == NULL) fail_msg("run.json: %s", err.text);
+  json_t *doc = run_report("kernel --backend host --model tiny --plan default --m 4 --iters 2");
   json_t *row = json_array_get(json_object_get(doc, "rows"), 0);
   assert_string_equal(text(row, "plan"), "default");
   assert_true(tb_num(row, "pred_us") > 0);
@@ -150,18 +149,9 @@ static void one_plan_keeps_the_prediction(void **state) {
  * 16-bit twin does not fit shared memory still runs beside it. */
 static void pinned_kernel_leaves_the_baseline_its_own(void **state) {
   (void)state;
-  char args[512];
-  snprintf(args, sizeof(args),
-           "kernel --backend host --model tiny --quant w8a8-fp8 --plan "
-           "bm256_bn128_bk128_w2x4x1_s3_sk4_c1_wgmma_ws "
-           "--m 16 --iters 1 --warmup 0 --json %s/run.json",
-           dir);
-  if (run_bench(args) != 0) fail_msg("bench exited non-zero");
-  char path[512];
-  snprintf(path, sizeof(path), "%s/run.json", dir);
-  json_error_t err;
-  json_t *doc = json_load_file(path, 0, &err);
-  if (doc == NULL) fail_msg("run.json: %s", err.text);
+  json_t *doc = run_report(
+      "kernel --backend host --model tiny --quant w8a8-fp8 --plan "
+      "bm256_bn128_bk128_w2x4x1_s3_sk4_c1_wgmma_ws --m 16 --iters 1 --warmup 0");
   json_t *row = json_array_get(json_object_get(doc, "rows"), 0);
   assert_string_equal(text(row, "plan"), "pinned");
   assert_true(tb_num(row, "bf16_us") > 0);

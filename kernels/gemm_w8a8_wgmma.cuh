@@ -144,24 +144,26 @@ __device__ __forceinline__ int hm_w8wg_col(const hm_wg_place &at, int m, int i) 
   return at.wn * T::wtn + m * 64 + T::column(at.wq, at.lane, (i >> 1) & 1);
 }
 
-// The weight block scales of K block kb for the warpgroup's 64-column blocks (1 without
-// block scales), loaded while the stage's wgmmas run rather than after them.
+// The weight block scale of K block kb for tile column col (0 past N; 1 without block
+// scales).
+template <class C>
+__device__ __forceinline__ float hm_w8wg_block_scale(const hm_gemm_params &p, const hm_tile &tile, int col,
+                                                     int kb) {
+  if constexpr (!C::w_block) return 1.0f;
+  const int nb = (tile.n_tile * C::bn + col) / 128;
+  if (nb >= C::n / 128) return 0.0f;
+  return ((const float *)p.scales)[((long long)tile.e * (C::n / 128) + nb) * hm_w8wg_traits<C>::k_blocks + kb];
+}
+
+// The weight block scales of K block kb for the warpgroup's 64-column blocks, each in one
+// 128-row block of the weights, loaded while the stage's wgmmas run rather than after them.
 template <class C>
 __device__ __forceinline__ void hm_w8wg_block_scales(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                      const hm_wg_place &at,
                                                      float (&ws)[hm_wg_traits<C>::mb]) {
   using T = hm_w8wg_traits<C>;
 #pragma unroll
-  for (int m = 0; m < T::mb; ++m) {
-    ws[m] = 1.0f;
-    if constexpr (C::w_block) {
-      // A 64-column block lies in one 128-row block of the weights.
-      const int nb = (tile.n_tile * C::bn + at.wn * T::wtn + m * 64) / 128;
-      ws[m] = nb < C::n / 128
-                  ? ((const float *)p.scales)[((long long)tile.e * (C::n / 128) + nb) * T::k_blocks + kb]
-                  : 0.0f;
-    }
-  }
+  for (int m = 0; m < T::mb; ++m) ws[m] = hm_w8wg_block_scale<C>(p, tile, at.wn * T::wtn + m * 64, kb);
 }
 
 // acc += part * (the K-varying scales of the stage: ws, and the tokens' 1x128 ones in st),

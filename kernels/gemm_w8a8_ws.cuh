@@ -128,17 +128,6 @@ __device__ __forceinline__ void hm_w8ss_wait(S (&d)[R]) {
   for (int i = 0; i < R; ++i) hm_w8wg_pin(d[i]);
 }
 
-// The weight block scale of K block kb for the warpgroup's columns (1 without block scales).
-template <class C>
-__device__ __forceinline__ float hm_w8ss_block_scale(const hm_gemm_params &p, const hm_tile &tile, int kb,
-                                                     const hm_wg_place &at) {
-  if constexpr (!C::w_block) return 1.0f;
-  using T = hm_w8wg_traits<C>;
-  const int nb = (tile.n_tile * C::bn + at.wn * hm_wg_traits<C>::wtn) / 128;
-  return nb < C::n / 128 ? ((const float *)p.scales)[((long long)tile.e * (C::n / 128) + nb) * T::k_blocks + kb]
-                         : 0.0f;
-}
-
 // The K-varying scale of each of a thread's token rows for one stage: the weight block
 // scale times the row's 1x128 scale (in st), or the block scale alone.
 template <class C>
@@ -215,7 +204,7 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
   if constexpr (T::fold) {
     hm_wg_acc_zero<C>(acc);
     hm_w8ss_block_t<C> d;
-    float ws = hm_w8ss_block_scale<C>(p, tile, kb, at);
+    float ws = hm_w8wg_block_scale<C>(p, tile, at.wn * hm_wg_traits<C>::wtn, kb);
     for (int kt = kb; kt < ke; ++kt, ++n) {
       const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
       float s[T::mt][2];
@@ -223,7 +212,7 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
 #pragma unroll
       for (int mi = 0; mi < T::mt; ++mi) {
         hm_w8ss_issue<C, true>(st, at, mi, d[0]);
-        if (mi == T::mt - 1) ws = hm_w8ss_block_scale<C>(p, tile, kt + 1 < ke ? kt + 1 : kt, at);
+        if (mi == T::mt - 1) ws = hm_w8wg_block_scale<C>(p, tile, at.wn * T::wtn, kt + 1 < ke ? kt + 1 : kt);
         hm_w8ss_wait(d[0]);
         if (mi == T::mt - 1) hm_ws_release<C>(ring, n, at.lane);
         hm_w8ss_fold<C>(s, mi, d, acc);

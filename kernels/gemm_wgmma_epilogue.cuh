@@ -65,45 +65,6 @@ __device__ __forceinline__ void hm_wg_stage_tile(unsigned char *stage, int wm, i
     }
 }
 
-// Copies the staged f32 tile ([token][column], c_pitch bytes a row) out as whole rows,
-// bias and scales applied (all computing threads, after the staging is synchronized).
-template <class C>
-__device__ __forceinline__ void hm_wg_write_rows(const hm_gemm_params &p, const hm_tile &tile,
-                                                 const unsigned char *smem, const int *c_row,
-                                                 const float *row_scale) {
-  using T = hm_wg_traits<C>;
-  const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
-  hm_u32 *c = (hm_u32 *)p.c;
-  const hm_u32 *bias = (const hm_u32 *)p.bias;
-  constexpr int pairs = C::bn / 2;
-  for (int idx = threadIdx.x; idx < C::bm * pairs; idx += T::threads) {
-    const int r = idx / pairs, pc = idx % pairs;
-    const int col = tile.n_tile * C::bn + 2 * pc;
-    const int row = c_row[r];
-    if (row < 0 || col >= C::n) continue;
-    float b0 = 0.0f, b1 = 0.0f;
-    if constexpr (C::bias) {
-      const hm_u32 bb = bias[((long long)tile.e * C::n + col) >> 1];
-      b0 = hm_h_to_f32<C::out_bf16>(bb), b1 = hm_h_to_f32<C::out_bf16>(bb >> 16);
-    }
-    const float rs = row_scale[r];
-    const float2 v = *(const float2 *)(smem + r * T::c_pitch + pc * 8);
-    c[((long long)row * C::n + col) >> 1] =
-        hm_h2_from_f32<C::out_bf16>((v.x * gs + b0) * rs, (v.y * gs + b1) * rs);
-  }
-}
-
-// Writes the tile (all computing threads): stage, synchronize, copy rows out.
-template <class C>
-__device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const hm_tile &tile,
-                                                 unsigned char *smem, const int *c_row,
-                                                 const float *row_scale, int wm, int wn, int wq, int lane,
-                                                 const hm_wg_acc_t<C> &acc) {
-  hm_wg_stage_tile<C>(smem, wm, wn, wq, lane, acc);
-  hm_wg_sync<C>();
-  hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
-}
-
 // The bias of tile column col and the next one (zeros past N or without a bias).
 template <class C>
 __device__ __forceinline__ float2 hm_wg_bias_pair(const hm_gemm_params &p, const hm_tile &tile, int col) {
@@ -116,6 +77,40 @@ __device__ __forceinline__ float2 hm_wg_bias_pair(const hm_gemm_params &p, const
     }
   }
   return b;
+}
+
+// Copies the staged f32 tile ([token][column], c_pitch bytes a row) out as whole rows,
+// bias and scales applied (all computing threads, after the staging is synchronized).
+template <class C>
+__device__ __forceinline__ void hm_wg_write_rows(const hm_gemm_params &p, const hm_tile &tile,
+                                                 const unsigned char *smem, const int *c_row,
+                                                 const float *row_scale) {
+  using T = hm_wg_traits<C>;
+  const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
+  hm_u32 *c = (hm_u32 *)p.c;
+  constexpr int pairs = C::bn / 2;
+  for (int idx = threadIdx.x; idx < C::bm * pairs; idx += T::threads) {
+    const int r = idx / pairs, pc = idx % pairs;
+    const int col = tile.n_tile * C::bn + 2 * pc;
+    const int row = c_row[r];
+    if (row < 0 || col >= C::n) continue;
+    const float2 b = hm_wg_bias_pair<C>(p, tile, 2 * pc);
+    const float rs = row_scale[r];
+    const float2 v = *(const float2 *)(smem + r * T::c_pitch + pc * 8);
+    c[((long long)row * C::n + col) >> 1] =
+        hm_h2_from_f32<C::out_bf16>((v.x * gs + b.x) * rs, (v.y * gs + b.y) * rs);
+  }
+}
+
+// Writes the tile (all computing threads): stage, synchronize, copy rows out.
+template <class C>
+__device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const hm_tile &tile,
+                                                 unsigned char *smem, const int *c_row,
+                                                 const float *row_scale, int wm, int wn, int wq, int lane,
+                                                 const hm_wg_acc_t<C> &acc) {
+  hm_wg_stage_tile<C>(smem, wm, wn, wq, lane, acc);
+  hm_wg_sync<C>();
+  hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
 }
 
 // The accumulators into a staging tile in the output type, bias and scales applied on the

@@ -10,12 +10,6 @@
 
 #include "gemm_traits.cuh"
 
-// The column (within its 64-column block) of wgmma row 16*wq + g + 8*h of a warpgroup that
-// reads weight-only units (hm_wg_src_of, gemm_wgmma_mainloop.cuh).
-__device__ __forceinline__ int hm_wg_column(int wq, int lane, int h) {
-  return 16 * (lane >> 3) + 8 * h + 2 * wq + ((lane >> 2) & 1);
-}
-
 // A stage (hm_wo_stage) holds the activation tile as bk/64 sub-tiles of bm rows x 128
 // bytes, each 1024-byte aligned, then weight units, scales and zero points.
 template <class C>
@@ -42,11 +36,12 @@ struct hm_wg_traits : hm_wo_stage<C, 1024> {
   // while the next step's weights are dequantized.
   static constexpr int af_ring = 2;
 
-  // The column (within its 64-column block) of wgmma row 16*wq + g + 8*h: permuted for
-  // weight-only units, in order for W8A8's core matrices (hm_w8_units.cuh).
+  // The column (within its 64-column block) of wgmma row 16*wq + g + 8*h: permuted as
+  // weight-only units are read (hm_wg_src_of, gemm_wgmma_mainloop.cuh), in order for W8A8's
+  // core matrices (hm_w8_units.cuh).
   __device__ static __forceinline__ int column(int wq, int lane, int h) {
     if constexpr (C::w8a8) return 16 * wq + (lane >> 2) + 8 * h;
-    return hm_wg_column(wq, lane, h);
+    return 16 * (lane >> 3) + 8 * h + 2 * wq + ((lane >> 2) & 1);
   }
 
   static_assert(C::bits == 4 || C::bits == 8 || C::bits == 16,

@@ -165,8 +165,8 @@ static void take_if_legal(hm_gemm_config *cfg, hm_gemm_config *ws, int bk) {
  * Measured on the H200 (docs/PERF.md, 2026-12-04 twelfth session): with TMA token tiles the
  * warp-specialized kernel runs fp8 block-scaled groups of 4096 rows 1.19-1.22x and W4A16
  * dense M = 4096 1.12x faster than the plain kernel of the same tile. Without TMA (indexed
- * launches gather their token rows) it ran 0.75x, and 16-bit weights and tiles under 128
- * tokens were not measured.
+ * launches gather their token rows) it ran 0.75x. 16-bit weights were not measured, nor
+ * tiles under 128 tokens but W8A8's 64-token one (w8a8_mid).
  */
 hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   HM_CHECK_NOT_NULL(cfg);
@@ -186,12 +186,13 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
   ws.tuning.ws = true;
   /* W8A8's warp-specialized kernel takes tokens as the wgmma M: a warpgroup's 64 token rows
    * against all bn columns make one m64nNk32 a k32 step with the widest N, and two row
-   * scales a thread a fold (gemm_w8a8_ws.cuh). 256 tokens a tile read half the L2 bytes a
-   * flop of 128, which is what bounds the 128-token tile: fp8 block-scaled groups of 4096
-   * rows ran 1.29x (gate_up) and 1.23x (down) faster on it (docs/PERF.md, fourteenth
-   * session). The 256-token tile is no longer bound by them: clusters of two sharing its
-   * token tile by TMA multicast, a third fewer again, ran 0.96-1.00x (fifteenth session,
-   * reverted). Fewer rows an expert would pad more of each tile. */
+   * scales a thread a fold (gemm_w8a8_ws.cuh). 256 tokens a tile read 0.75x the L2 bytes a
+   * flop of 128 (a 48 KiB stage for twice the flops of a 32 KiB one), and L2 bytes are what
+   * bound the 128-token tile: fp8 block-scaled groups of 4096 rows ran 1.29x (gate_up) and
+   * 1.23x (down) faster on it (docs/PERF.md, fourteenth session). The 256-token tile is no
+   * longer bound by them: clusters of two sharing its token tile by TMA multicast, a third
+   * fewer again, ran 0.96-1.00x (fifteenth session, reverted). Fewer rows an expert would
+   * pad more of each tile. */
   if (hm_gemm_is_w8a8(&cfg->layer) && t->bm == 128) {
     ws.tuning.warps_m = 2;
     ws.tuning.warps_n = 4;

@@ -3,9 +3,9 @@
 // W8A8 kernels read (hm_w8_units.cuh): 32 (k) x 64 (n) bytes, lane l (g = l / 4, t = l % 4)
 // holding the m16n8k32 B fragments of the eight n8 blocks j, word 2j = k 4t..4t+3 and word
 // 2j+1 = k 16+4t..16+4t+3 of column j*8+g, word w of every lane together (a core matrix).
-// Codes stay as they are: int8 is two's complement for the s8 MMA, e4m3 raw. Scales become f32 in their canonical order,
-// (E, N) per channel or (E, N/128, K/128) per block: the kernel reads them from global
-// memory once a segment or once a K block.
+// Codes stay as they are: int8 is two's complement for the s8 MMA, e4m3 raw. Scales become
+// f32 in their canonical order, (E, N) per channel or (E, N/128, K/128) per block: the
+// kernel reads them from global memory once a segment or once a K block.
 #pragma once
 
 #include "hm_w8_units.cuh"

@@ -141,4 +141,14 @@ hm_status hm_cubin_kernel_meta(const hm_cubin *cubin, const char *name, hm_kerne
 /* The metadata of a loaded kernel. */
 hm_status hm_kernel_get_meta(const hm_kernel *kernel, hm_kernel_meta *out);
 
+/* What ptxas gave a kernel, as its cubin records it. */
+typedef struct hm_kernel_resources {
+  unsigned registers;   /* a thread */
+  unsigned local_bytes; /* stack frame a thread: register spills or local arrays, both slow */
+} hm_kernel_resources;
+
+/* Reads them from the cubin's .nv.info section, on the host: no device needed.
+ * HM_INVALID_ARGUMENT if the cubin has no kernel of that name. */
+hm_status hm_cubin_kernel_resources(const hm_cubin *cubin, const char *name, hm_kernel_resources *out);
+
 #endif

@@ -104,6 +104,20 @@ static hm_status read_attributes(struct hm_kernel *k) {
   return HM_OK;
 }
 
+/* A kernel whose registers spill still runs, slower than its tiling should: said once, at
+ * load, so that a slow run can be traced to it. The record is read by our own parser of an
+ * undocumented section (jit_elf.c); a cubin it cannot read is still loaded. */
+static void say_spills(const hm_cubin *cubin, const char *name) {
+  hm_kernel_resources r;
+  if (hm_cubin_kernel_resources(cubin, name, &r) != HM_OK)
+    HM_DEBUG(JIT, "no resource record for %s: %s", name, hm_last_error());
+  else if (r.local_bytes > 0)
+    HM_WARN(JIT,
+            "kernel %s keeps %u bytes a thread in local memory at %u registers (register spills or "
+            "a local array): it runs slower than its tiling should",
+            name, r.local_bytes, r.registers);
+}
+
 static hm_status load_module(CUcontext ctx, const hm_cubin *cubin, const char *name, struct hm_kernel **out) {
   struct hm_kernel *k = calloc(1, sizeof(*k));
   if (k == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "kernel record for %s", name);
@@ -113,6 +127,7 @@ static hm_status load_module(CUcontext ctx, const hm_cubin *cubin, const char *n
   snprintf(k->name, sizeof(k->name), "%s", name);
   hm_status ret = HM_OK;
   HM_CHECK_GOTO(hm_cubin_kernel_meta(cubin, name, &k->meta), fail);
+  say_spills(cubin, name);
   HM_CU_CHECK_GOTO(cuModuleLoadData(&k->module, cubin->data), fail);
   HM_CU_CHECK_GOTO(cuModuleGetFunction(&k->function, k->module, name), fail);
   HM_CHECK_GOTO(read_attributes(k), fail);

@@ -15,6 +15,7 @@
 #include "hm_fake_cuda.h"
 #include "hm_test.h"
 #include "kernels/jit.h"
+#include "test_jit_util.h"
 
 static const char kernel_text[] =
     "extern \"C\" __constant__ unsigned hm_fill_meta[8] = {0x686d6b6du, 128, 0, 1, 1, 1, 0, 0};\n"
@@ -274,6 +275,25 @@ static void failed_load_is_reported_and_retried(void **state) {
   assert_int_equal(seen.loads, 1);
 }
 
+static void keep_warnings(hm_log_level level, const char *line, void *user) {
+  if (level == HM_LOG_WARN) snprintf(user, 1024, "%s", line);
+}
+
+static void spilling_kernel_is_named_at_load(void **state) {
+  (void)state;
+  char warned[1024] = "";
+  hm_log_set(keep_warnings, warned);
+  hm_kernel *k = NULL;
+  hm_kernel_source fits = {.name = "hm_fill", .source = kernel_text, .arch = 80};
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &fits, &k));
+  assert_string_equal(warned, "");
+  hm_kernel_source spills = {.name = "hm_spill", .source = tj_spill_source, .arch = 80};
+  HM_ASSERT_OK(hm_kernel_get(&fake_engine, &spills, &k));
+  hm_log_set(NULL, NULL);
+  assert_non_null(strstr(warned, "hm_spill keeps"));
+  assert_non_null(strstr(warned, "bytes a thread in local memory at 32 registers"));
+}
+
 int main(void) {
   char *dir = mkdtemp(cache_dir);
   if (dir == NULL) return 1;
@@ -286,6 +306,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(metadata_sets_limit_and_cluster, setup, teardown),
       cmocka_unit_test_setup_teardown(pdl_flag_adds_programmatic_serialization, setup, teardown),
       cmocka_unit_test_setup_teardown(failed_load_is_reported_and_retried, setup, teardown),
+      cmocka_unit_test_setup_teardown(spilling_kernel_is_named_at_load, setup, teardown),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];

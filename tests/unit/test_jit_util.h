@@ -55,6 +55,24 @@ static inline void tj_axpy_make(tj_axpy *k, int variant, int arch, bool arch_spe
                               .header_count = 1};
 }
 
+/* Two kernels of one source: hm_spill, held to 32 registers (1024 threads, two blocks an
+ * SM) with 40 values live, which ptxas must spill, and hm_fits, which needs no stack. */
+static const char tj_spill_source[] =
+    "extern \"C\" __global__ void __launch_bounds__(1024, 2) hm_spill(const float *x, float *y) {\n"
+    "  float v[40];\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < 40; i++) v[i] = x[threadIdx.x + 1024 * i];\n"
+    "  float s = 0;\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < 40; j++)\n"
+    "#pragma unroll\n"
+    "    for (int i = 0; i < 40; i++) s += v[i] * v[(i * 7 + j) % 40];\n"
+    "  y[threadIdx.x] = s;\n"
+    "}\n"
+    "extern \"C\" __global__ void __launch_bounds__(256) hm_fits(const float *x, float *y) {\n"
+    "  y[threadIdx.x] = 2.0f * x[threadIdx.x];\n"
+    "}\n";
+
 static inline int tj_remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
   return remove(path);

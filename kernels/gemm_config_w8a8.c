@@ -10,9 +10,8 @@
 #define INT8_MAX_K 131072
 /* Accumulators and stage partial sums each take mi*nu*32 registers a thread. */
 #define MAX_UNITS_PER_WARP 2
-/* The fixed table's tiles stay within 256 threads: 512 leave 128 registers a thread, and
- * two units' sums spill (ptxas 13.0, sm_89, bm128 bn256 warps 4x4, fp8 block scales: 532
- * bytes; bm128 bn128 warps 4x2: none, 232 registers). */
+/* mma.sync tiles of two units a warp stay within 256 threads: 512 leave 128 registers a
+ * thread, and ptxas spills the sums (check_sync_tuning). */
 #define FIT_THREADS 256
 
 bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l) {
@@ -202,17 +201,19 @@ static hm_status check_wgmma_tuning(const hm_gemm_config *cfg) {
 }
 
 /*
- * W4A8 warps widen codes and (mxfp4, nvfp4) convert scales beside two units' sums: ptxas 13.0
- * spills them in 512-thread CTAs (128 registers a thread; mxfp4 bm128 bn256 bk256 warps
- * 4x4: 992 bytes, int4: 264) and, for mxfp4 and nvfp4, with bk 256 (bm64 bn256 warps 2x4:
- * mxfp4 56 bytes; nvfp4 88 on sm_90a, whose fp8 MMAs ptxas unpacks into f16 ones).
+ * A warp of two units keeps both units' sums beside a stage's partial sums (fp8, or int8
+ * with K-varying scales) or widened codes (W4A8). ptxas 13.0 spills them in 512-thread CTAs,
+ * which leave 128 registers a thread: bm128 bn256 warps 4x4 with fp8 block scales 40-536 bytes
+ * on sm_90a (bk 64: 392) and 72-112 on sm_89, int8 per channel 24-48 at bk 128, mxfp4 bk 256
+ * 992, int4 264. mxfp4 and nvfp4 also spill with bk 256 (bm64 bn256 warps 2x4: mxfp4 56
+ * bytes; nvfp4 88 on sm_90a, whose fp8 MMAs ptxas unpacks into f16 ones).
  */
-static hm_status check_w4a8_tuning(const hm_gemm_config *cfg) {
+static hm_status check_sync_tuning(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const int fmt = hm_gemm_w4a8_format(&cfg->layer);
-  if (fmt == HM_W4_NONE || units_per_warp(t) < 2) return HM_OK;
+  if (units_per_warp(t) < 2) return HM_OK;
   if (hm_gemm_config_threads(cfg) > FIT_THREADS)
-    HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 GEMM: two units a warp in %d threads (at most %d: ptxas spills)",
+    HM_FAIL(HM_INVALID_ARGUMENT, "W8A8 GEMM: two units a warp in %d threads (at most %d: ptxas spills)",
             hm_gemm_config_threads(cfg), FIT_THREADS);
   if (is_fp4(fmt) && t->bk > 128)
     HM_FAIL(HM_INVALID_ARGUMENT, "W4A8 %s GEMM: two units a warp with bk=%d (at most 128: ptxas spills)",
@@ -238,7 +239,7 @@ hm_status hm_gemm_w8a8_check_tuning(const hm_gemm_config *cfg) {
             "W8A8 GEMM: warp tile %dx%d holds more than %d accumulators (and as many "
             "partial sums) per thread",
             t->bm / t->warps_m, t->bn / t->warps_n, MAX_UNITS_PER_WARP * 32);
-  return check_w4a8_tuning(cfg);
+  return check_sync_tuning(cfg);
 }
 
 size_t hm_gemm_w8a8_smem_bytes(const hm_gemm_config *cfg) {

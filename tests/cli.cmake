@@ -6,3 +6,9 @@ add_test(NAME test_cli_tune_plan COMMAND humming-moe tune --model deepseek-v3 --
 set_tests_properties(test_cli_tune_plan PROPERTIES LABELS unit TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "experts.down +grouped_contiguous +131584 .*_wgmma_ws"
                      FAIL_REGULAR_EXPRESSION "unsupported")
+# precompile compiles a model's kernel tables and names every kernel whose registers spill
+# to local memory; the tiny model's weight-only tables on sm_80 have none.
+add_test(NAME test_cli_precompile COMMAND humming-moe precompile --model tiny --quant w4a16 --arch sm_80)
+set_tests_properties(test_cli_precompile PROPERTIES LABELS unit TIMEOUT 300
+                     ENVIRONMENT "HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache"
+                     PASS_REGULAR_EXPRESSION "precompile: 0 of [0-9]+ kernels spill registers")

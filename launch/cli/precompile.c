@@ -144,6 +144,22 @@ static int parse(int argc, char **argv, precompile_opts *o, int *arch) {
   return -1;
 }
 
+/* Kernels that keep registers in local memory run slower than their tiling should: named
+ * here, before serving, as well as at load. */
+static void report_spills(const hm_kernel_source *srcs, const hm_cubin *const *outs, int count) {
+  int spilling = 0;
+  for (int i = 0; i < count; i++) {
+    hm_kernel_resources r;
+    if (outs[i] == NULL || hm_cubin_kernel_resources(outs[i], srcs[i].name, &r) != HM_OK ||
+        r.local_bytes == 0)
+      continue;
+    printf("precompile: %s keeps %u bytes a thread in local memory at %u registers\n", srcs[i].name,
+           r.local_bytes, r.registers);
+    spilling++;
+  }
+  printf("precompile: %d of %d kernels spill registers\n", spilling, count);
+}
+
 static int compile_all(const precompile_opts *o, const hm_model_kernels *k) {
   hm_kernel_source *srcs = calloc((size_t)k->count + 1, sizeof(*srcs));
   const hm_cubin **outs = calloc((size_t)k->count + 1, sizeof(*outs));
@@ -164,6 +180,7 @@ static int compile_all(const precompile_opts *o, const hm_model_kernels *k) {
   printf("precompile: %d kernels: %llu compiled, %llu found, %llu failed in %.1f s\n", k->count,
          (unsigned long long)s.compiled, (unsigned long long)(s.disk_hits + s.memory_hits),
          (unsigned long long)s.failed, wall);
+  report_spills(srcs, outs, k->count);
   free(srcs);
   free(outs);
   return st == HM_OK ? 0 : 1;

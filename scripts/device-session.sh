@@ -15,7 +15,8 @@
 # fp8 _scaled_mm, else bf16), fp8shapes (the fp8 shapes issue #8 sets targets on;
 # FP8_PLAN=all compares the plans), w4a8 (W4A8 next to W8A8 on masked decode), sass (SASS
 # of cached kernels named by $SASS, run after the phases that compile them), trace
-# (per-CTA timelines of the decode GEMMs, HUMMING_TRACE=1).
+# (per-CTA timelines of the decode GEMMs, HUMMING_TRACE=1), power (SM clock and power
+# while our kernels and torch's run, scripts/power-windows.py).
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -185,6 +186,41 @@ if has probe; then
       note "kfit M=$m K=$k: $(grep -E "^ +$m " "$LOGS/kfit-m$m-k$k.log" | head -1)"
     done
   done
+fi
+
+# SM clock, power and throttle reasons every POWER_MS ms while our kernel and then torch's
+# run for POWER_ITERS timed runs each, the bench's protocol on both sides (L2 flushed before
+# each run): issue #8's fp8 gate_up groups and issue #5's dense W4A16 M = 4096. Whether the
+# rate falls with the clock over a run, and whose kernel the power cap holds back more.
+if has power; then
+  smi="$LOGS/power-smi.csv" marks="$LOGS/power-marks.txt"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader -lms "${POWER_MS:-10}" >"$smi" 2>&1 &
+  smi_pid=$!
+  window() { # name command...
+    local name=$1
+    shift
+    sleep 3 # the clock back up between windows
+    echo "$(date +%H:%M:%S.%N | cut -c1-12) $name-start" >>"$marks"
+    step "power-$name" 300 "$@"
+    echo "$(date +%H:%M:%S.%N | cut -c1-12) $name-end" >>"$marks"
+  }
+  fp8="--model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 --layout contiguous --gemm gate_up --m 32768"
+  torch_fp8="--mode kernel --fp8 --n 4096 --k 7168 --experts 8 --top-k 1 --m 32768"
+  torch_w4="--mode kernel --n 8192 --k 8192 --experts 1 --top-k 1 --m 4096"
+  iters=${POWER_ITERS:-500}
+  # shellcheck disable=SC2086,SC2046
+  {
+    "$bench" kernel $fp8 --iters 2 --warmup 1 --check 0 --baseline none >/dev/null 2>&1 # compile first
+    "$bench" kernel $(dense_shape) --quant w4a16 --m 4096 --iters 2 --warmup 1 --check 0 --baseline none >/dev/null 2>&1
+    window fp8-ours "$bench" kernel $fp8 --iters "$iters" --warmup 5 --check 0 --baseline none
+    window fp8-torch python3 launch/baseline_torch.py $torch_fp8 --iters "$iters" --warmup 5
+    window w4-ours "$bench" kernel $(dense_shape) --quant w4a16 --m 4096 --iters $((3 * iters)) --warmup 5 \
+      --check 0 --baseline none
+    window w4-torch python3 launch/baseline_torch.py $torch_w4 --iters $((3 * iters)) --warmup 5
+  }
+  kill "$smi_pid"
+  python3 scripts/power-windows.py "$smi" "$marks" | tee -a "$summary"
 fi
 
 ncu_summary() { # log

@@ -138,25 +138,28 @@ static hm_status select_class(const hm_gemm_config *base, int cls, int64_t valid
 }
 
 /*
- * W8A8 launches of 32- and 64-row tiles with TMA token tiles (dense, masked, contiguous;
- * take_if_legal turns indexed ones down): the warp-specialized kernel's 64-token tile, two
+ * W8A8 launches of 32- and 64-row tiles: the warp-specialized kernel's 64-token tile, two
  * warpgroups of 128 columns, streams the weights near the copy rate. fp8 block-scaled masked
  * gate_up at 256 and 1024 rows an expert (DeepSeek-V3) ran 1752 and 1827 us on it
  * (4.2-4.3 TB/s), 1.53x and 2.10x the mma.sync bm32 and bm64 tiles the cost model picks
  * (fourteenth session); DeepSeek-V3's dense MLP at 32 and 64 tokens 1.03-1.06x and
- * 1.37-1.56x (fifteenth session, docs/PERF.md).
+ * 1.37-1.56x (fifteenth session, docs/PERF.md). Indexed launches take it too, their token
+ * rows gathered by the producer's cp.async: a stage is 8 KiB of tokens (four 16-byte copies
+ * a producer thread) against 32 KiB of weights, where the 128-token tile's gathered 32 KiB
+ * held its consumers back (twelfth session). On sm_90a the mma.sync bm64 tile it replaces
+ * there spills 32-96 bytes a thread (ptxas 13.0). Not yet timed on indexed launches.
  */
 static bool w8a8_mid(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   return hm_gemm_is_w8a8(&cfg->layer) && !t->ws && (t->bm == 32 || t->bm == 64) && wgmma_class_applies(cfg);
 }
 
-/* cfg = ws where ws's producer loads token tiles with TMA and its stages fit at bk, a
- * probe whose refusals are answers, not errors. */
-static void take_if_legal(hm_gemm_config *cfg, hm_gemm_config *ws, int bk) {
+/* cfg = ws where its stages fit at bk and, if tma, its producer loads token tiles with TMA:
+ * a probe whose refusals are answers, not errors. */
+static void take_if_legal(hm_gemm_config *cfg, hm_gemm_config *ws, int bk, bool tma) {
   hm_error_quiet_begin();
-  const bool fits =
-      hm_gemm_tma_a(ws) && fit_smem(ws) == HM_OK && ws->tuning.bk == bk && hm_gemm_config_check(ws) == HM_OK;
+  const bool fits = (!tma || hm_gemm_tma_a(ws)) && fit_smem(ws) == HM_OK && ws->tuning.bk == bk &&
+                    hm_gemm_config_check(ws) == HM_OK;
   hm_error_quiet_end();
   if (fits) *cfg = *ws;
 }
@@ -177,7 +180,7 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
     static const hm_gemm_tuning mid_ws = {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
     ws.tuning = mid_ws;
     fit_columns(&ws.tuning, cfg->layer.n);
-    take_if_legal(cfg, &ws, mid_ws.bk);
+    take_if_legal(cfg, &ws, mid_ws.bk, false);
     return HM_OK;
   }
   if (t->mma != HM_MMA_WGMMA || t->ws || t->bm < 128 || t->warps_m * t->warps_n * t->warps_k != 8 ||
@@ -198,7 +201,7 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
     ws.tuning.warps_n = 4;
     if (valid_m / effective_experts(cfg) > HM_GEMM_W8A8_TALL_ROWS) ws.tuning.bm = 256;
   }
-  take_if_legal(cfg, &ws, t->bk);
+  take_if_legal(cfg, &ws, t->bk, true);
   return HM_OK;
 }
 

@@ -82,8 +82,8 @@ static void every_variant_compiles_for_sm89_and_sm90a(void **state) {
  * Plans of every variant, type and arch are legal configs: the swapped 8-row tile up to 8
  * rows per expert (not for batch-invariant layers, which keep one MMA shape), then on
  * sm_89, and for batch-invariant layers, mma.sync throughout; on sm_90 wgmma (bk 128)
- * above 32 rows per expert, and warp-specialized from 17 rows an expert where token tiles
- * come by TMA (not indexed).
+ * from 17 rows an expert: the warp-specialized 64-token tile in every layout, then
+ * warp-specialized where token tiles come by TMA (not indexed).
  */
 static void plans_are_legal(void **state) {
   (void)state;
@@ -100,12 +100,12 @@ static void plans_are_legal(void **state) {
             const hm_gemm_config *c = &plan.cfg[j];
             const int64_t m_lo = j == 0 ? 0 : plan.m_hi[j - 1];
             const bool tma = t != HM_GEMM_INDEXED;
-            const bool wgmma = archs[a] == 90 && !inv && m_lo >= (tma ? 16 : 32) * experts;
+            const bool wgmma = archs[a] == 90 && !inv && m_lo >= 16 * experts;
             HM_ASSERT_OK(hm_gemm_config_check(c));
             assert_int_equal(c->tuning.mma, wgmma ? HM_MMA_WGMMA : HM_MMA_SYNC);
-            /* Warp-specialized wherever token tiles come by TMA (hm_gemm_prefer_ws): not
-             * indexed, from 17 rows an expert. */
-            assert_int_equal(c->tuning.ws, wgmma && tma);
+            /* Warp-specialized (hm_gemm_prefer_ws) from 17 rows an expert: every 64-token
+             * tile, and the taller ones where token tiles come by TMA. */
+            assert_int_equal(c->tuning.ws, wgmma && (tma || c->tuning.bm == 64));
             assert_int_equal(c->tuning.bm == 8, j == 0 && !inv);
             if (c->tuning.bm == 8) assert_true(plan.m_hi[0] == 8 * experts);
             if (variants[i].block || variants[i].act_scale == HM_ACT_SCALE_GROUP128 || wgmma)

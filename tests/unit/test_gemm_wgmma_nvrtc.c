@@ -345,11 +345,10 @@ static hm_gemm_config base_of(const format *f, hm_gemm_type type, int arch, bool
 }
 
 /* The fixed table at 32, 64 and 4096 rows per expert: mma.sync, then wgmma twice. W8A8
- * launches with TMA token tiles (all but indexed) take the warp-specialized 64-token tile
- * from 17 rows an expert on. */
+ * launches take the warp-specialized 64-token tile from 17 rows an expert on. */
 static void expect_wgmma_from_64_rows(const hm_gemm_config *base, hm_gemm_type type, hm_gemm_config *mid,
                                       hm_gemm_config *large) {
-  const bool tma_w8a8 = hm_gemm_is_w8a8(&base->layer) && type != HM_GEMM_INDEXED;
+  const bool w8a8 = hm_gemm_is_w8a8(&base->layer);
   const int64_t experts = type == HM_GEMM_DENSE ? 1 : base->layer.experts;
   hm_gemm_config small;
   hm_error_clear();
@@ -358,8 +357,8 @@ static void expect_wgmma_from_64_rows(const hm_gemm_config *base, hm_gemm_type t
   HM_ASSERT_OK(hm_gemm_select(base, 4096 * experts, large));
   /* A warp-specialized variant the selection probes and turns down is an answer, not an error. */
   assert_string_equal(hm_last_error(), "");
-  assert_int_equal(small.tuning.mma, tma_w8a8 ? HM_MMA_WGMMA : HM_MMA_SYNC);
-  assert_int_equal(small.tuning.ws, tma_w8a8);
+  assert_int_equal(small.tuning.mma, w8a8 ? HM_MMA_WGMMA : HM_MMA_SYNC);
+  assert_int_equal(small.tuning.ws, w8a8);
   assert_int_equal(mid->tuning.mma, HM_MMA_WGMMA);
   assert_int_equal(large->tuning.mma, HM_MMA_WGMMA);
 }
@@ -390,7 +389,7 @@ static void selection_uses_wgmma_where_it_applies(void **state) {
       assert_int_equal(large.tuning.bk, 128);
       /* 4096 rows an expert: the warp-specialized 256-token tile where tokens come by TMA. */
       assert_int_equal(large.tuning.bm, type != HM_GEMM_INDEXED ? 256 : 128);
-      assert_int_equal(mid.tuning.ws, type != HM_GEMM_INDEXED);
+      assert_true(mid.tuning.ws);
       assert_int_equal(large.tuning.ws, type != HM_GEMM_INDEXED);
       base.arch = 89;
       HM_ASSERT_OK(hm_gemm_select(&base, 4096 * experts, &large));

@@ -8,7 +8,8 @@
  *
  * The tables hold some 2400 distinct kernels; most differ only in N, K and E, which
  * are loop bounds of the same template code. What can break a compile is the tiling on
- * an arch, the weight format in a GEMM type, and the group size against bk; a kernel is
+ * an arch (with its kernel, plain or warp-specialized, and its CTAs an SM, which bound its
+ * registers), the weight format in a GEMM type, and the group size against bk; a kernel is
  * compiled when it is the first to show one of those (a few hundred seconds of NVRTC
  * cold, once: the build dir's compile cache keeps them), all in one thread-pool batch.
  * Each cubin's register spills are read back and held under MAX_LOCAL_BYTES.
@@ -57,8 +58,8 @@ static bool shows_something_new(batch *b, const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const hm_gemm_layer_part *l = &cfg->layer;
   char tiling[96], format[96], group[96];
-  snprintf(tiling, sizeof(tiling), "t %d %d %d %d %d %d %d %d %d sm%d", t->bm, t->bn, t->bk, t->warps_m,
-           t->warps_n, t->warps_k, t->stages, t->stream_k, (int)t->mma, cfg->arch);
+  snprintf(tiling, sizeof(tiling), "t %d %d %d %d %d %d %d %d %d %d %d sm%d", t->bm, t->bn, t->bk, t->warps_m,
+           t->warps_n, t->warps_k, t->stages, t->stream_k, (int)t->mma, t->ws, t->ctas_per_sm, cfg->arch);
   snprintf(format, sizeof(format), "f %d %d %d %d %d %d %d %d sm%d", l->weight, l->zero_point, l->group,
            l->act, l->out, l->bias, l->global_scale, (int)cfg->compute.type, cfg->arch);
   snprintf(group, sizeof(group), "g %d %d %d %d sm%d", t->bk, l->group, l->weight, l->zero_point, cfg->arch);

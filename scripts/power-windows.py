@@ -5,13 +5,15 @@
         --format=csv,noheader -lms 10 > smi.csv
 and a marks file of "HH:MM:SS.mmm NAME-start" / "HH:MM:SS.mmm NAME-end" lines:
     scripts/power-windows.py smi.csv marks.txt
-prints, per window, the samples, the SM clock (median, min), the power (median, max), the
-temperature at the end, and the share of samples throttled by the software power cap
-(event bit 0x4) or by hardware or thermal slowdown (0x8, 0x20, 0x40)."""
+prints, per window, over its loaded samples (power at least LOADED of the window's
+largest: a window also holds its process's setup), their count, the SM clock (median, min),
+the power (median, max), the temperature at the end, and the share of them throttled by the
+software power cap (event bit 0x4) or by hardware or thermal slowdown (0x8, 0x20, 0x40)."""
 import sys
 
 POWER_CAP = 0x4
 SLOWDOWN = 0x8 | 0x20 | 0x40
+LOADED = 0.6
 
 
 def seconds(clock):
@@ -59,13 +61,15 @@ def median(values):
 
 def main():
     rows = samples(sys.argv[1])
-    print(f"{'window':<16} {'samples':>7} {'SM MHz med/min':>15} {'W med/max':>11} {'temp C':>6} "
+    print(f"{'window':<16} {'loaded':>7} {'SM MHz med/min':>15} {'W med/max':>11} {'temp C':>6} "
           f"{'power cap':>9} {'slowdown':>8}")
     for name, t0, t1 in windows(sys.argv[2]):
         w = [r for r in rows if t0 <= r[0] <= t1]
         if not w:
             print(f"{name:<16} {0:>7}")
             continue
+        peak = max(r[2] for r in w)
+        w = [r for r in w if r[2] >= LOADED * peak]
         capped = sum(1 for r in w if r[4] & POWER_CAP) / len(w)
         slowed = sum(1 for r in w if r[4] & SLOWDOWN) / len(w)
         print(f"{name:<16} {len(w):>7} {median([r[1] for r in w]):>8.0f}/{min(r[1] for r in w):<6.0f} "

@@ -191,9 +191,9 @@ hm_status hm_cubin_kernel_resources(const hm_cubin *cubin, const char *name, hm_
   Elf64_Shdr info;
   uint64_t index = 0;
   bool found_regs = false;
-  if (img == NULL || !read_header(img, cubin->size, &eh))
-    HM_FAIL(HM_CORRUPT, "cubin %.16s is not a valid CUDA ELF image", cubin->key);
-  enum lookup r = lookup_symbol(img, cubin->size, &eh, name, STT_FUNC, &sym, &index);
+  const enum lookup r = img == NULL || !read_header(img, cubin->size, &eh)
+                            ? LOOKUP_BAD_IMAGE
+                            : lookup_symbol(img, cubin->size, &eh, name, STT_FUNC, &sym, &index);
   if (r == LOOKUP_BAD_IMAGE) HM_FAIL(HM_CORRUPT, "cubin %.16s is not a valid CUDA ELF image", cubin->key);
   if (r == LOOKUP_MISSING) HM_FAIL(HM_INVALID_ARGUMENT, "cubin %.16s has no kernel '%s'", cubin->key, name);
   if (!section_named(img, cubin->size, &eh, ".nv.info", &info) ||

@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "heuristics/choose_engine.h"
 #include "heuristics/tune_table.h"
+#include "heuristics/tuner.h"
 #include "kernels/cache.h"
 #include "log.h"
 #include "params.h"
@@ -150,9 +151,12 @@ static hm_status bucketed_plan(hm_engine *engine, const hm_layer_config *lc, hm_
     HM_CHECK(load_table(engine, source, c));
     warn_stale_entries(c, lc);
   }
+  int untuned = 0, timed = 0;
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
     hm_choose_bucket(lc, c->base.compute.type, b, &lo, &hi);
+    const bool tunable = hm_tuner_bucket_timed(lc, c->base.compute.type, lo, hi);
+    timed += tunable;
     hm_gemm_tuning tuned;
     if (source != HM_PLAN_HEURISTIC && tuned_choice(c, lo, hi, &tuned)) {
       push(out, &c->base, hi, &tuned, HM_PLAN_TUNED);
@@ -161,17 +165,13 @@ static hm_status bucketed_plan(hm_engine *engine, const hm_layer_config *lc, hm_
     }
     push(out, &c->base, hi, &heuristic.cfg[hm_gemm_plan_pick(&heuristic, hi)].tuning, HM_PLAN_HEURISTIC);
     out->heuristic_buckets++;
+    untuned += tunable;
   }
-  const bool tunable = c->base.compute.type == HM_GEMM_DENSE || c->base.compute.type == HM_GEMM_INDEXED;
-  if (source == HM_PLAN_TUNED && out->heuristic_buckets > 0 && tunable)
+  if (source == HM_PLAN_TUNED && untuned > 0)
     HM_WARN(TUNE,
-            "HUMMING_GEMM_PLAN=tuned: %d of %d buckets of %s have no tuning-table entry for %s (%s); the "
-            "heuristic's choice serves them (run humming-moe tune)",
-            out->heuristic_buckets, hm_choose_bucket_count(), c->key, c->id.device, c->id.driver);
-  else if (source == HM_PLAN_TUNED && !tunable)
-    HM_INFO(TUNE,
-            "%s: the tuner times dense and indexed GEMMs only; the heuristic's choice serves this layout",
-            c->key);
+            "HUMMING_GEMM_PLAN=tuned: %d of the %d buckets of %s the tuner times have no tuning-table entry "
+            "for %s (%s); the heuristic's choice serves them (run humming-moe tune)",
+            untuned, timed, c->key, c->id.device, c->id.driver);
   return HM_OK;
 }
 

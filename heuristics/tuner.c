@@ -20,7 +20,8 @@
 #include "kernels/gemm_gen.h"
 #include "log.h"
 
-/* Largest valid M timed: above it a bucket keeps the analytic choice (buffers would not fit). */
+/* Largest valid M timed: above it a bucket keeps the analytic choice, as it does where the
+ * launch's buffers outgrow the bench (masked launches of many tokens). */
 #define TUNER_MAX_VALID_M ((int64_t)1 << 16)
 #define MAX_PER_BUCKET 16
 #define DEFAULT_CANDIDATES 6
@@ -35,6 +36,16 @@ typedef struct bucket_work {
   hm_kernel_source src[MAX_PER_BUCKET];
   hm_gemm_source gen[MAX_PER_BUCKET];
 } bucket_work;
+
+/* The valid M a bucket is timed at: its judging M, at most TUNER_MAX_VALID_M. */
+static int64_t timed_m(int64_t m_lo, int64_t m_hi) {
+  const int64_t m = hm_choose_bucket_m(m_lo, m_hi);
+  return m < TUNER_MAX_VALID_M ? m : TUNER_MAX_VALID_M;
+}
+
+bool hm_tuner_bucket_timed(const hm_layer_config *layer, hm_gemm_type type, int64_t m_lo, int64_t m_hi) {
+  return m_lo < TUNER_MAX_VALID_M && hm_tuner_bench_fits(layer, type, timed_m(m_lo, m_hi));
+}
 
 static bool already(const bucket_work *w, const hm_gemm_tuning *t) {
   for (int i = 0; i < w->count; i++)
@@ -146,22 +157,23 @@ static hm_status compile_all(bucket_work *w, int buckets) {
 
 static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_device_profile *p,
                              hm_tune_result *out, bucket_work *work) {
-  int64_t max_m = 1;
   for (int i = 0; i < hm_choose_bucket_count(); i++) {
     hm_tune_bucket *b = &out->buckets[out->count];
     memset(b, 0, sizeof(*b));
     hm_choose_bucket(req->layer, req->type, i, &b->m_lo, &b->m_hi);
-    if (b->m_lo >= TUNER_MAX_VALID_M) continue;
-    b->m = hm_choose_bucket_m(b->m_lo, b->m_hi);
-    if (b->m > TUNER_MAX_VALID_M) b->m = TUNER_MAX_VALID_M;
-    if (b->m > max_m) max_m = b->m;
+    if (!hm_tuner_bucket_timed(req->layer, req->type, b->m_lo, b->m_hi)) {
+      HM_INFO(TUNE, "%s M in (%lld, %lld]: too large for the tuner's bench, the heuristic's choice serves",
+              hm_gemm_type_name(req->type), (long long)b->m_lo, (long long)b->m_hi);
+      continue;
+    }
+    b->m = timed_m(b->m_lo, b->m_hi);
     const hm_status st = gather(req, p, b, &work[out->count]);
     out->count++; /* so that its sources are freed even when gathering failed */
     HM_CHECK(st);
   }
   HM_CHECK(compile_all(work, out->count));
   hm_tuner_bench bench;
-  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, max_m, (size_t)p->l2_bytes, &bench));
+  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, (size_t)p->l2_bytes, &bench));
   hm_status ret = HM_OK;
   const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS;
   for (int i = 0; i < out->count; i++) HM_CHECK_GOTO(time_bucket(e, &bench, reps, &work[i], &out->buckets[i]), done);

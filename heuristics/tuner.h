@@ -5,7 +5,8 @@
  * events, weights cold in L2, median of reps), and returns the winners as tuning-table
  * entries. Kernels are launched directly (kernels/gemm_launch.h) on device buffers of
  * the transformed weights' size: timing does not depend on the weights' values, so no
- * layer is quantized or transformed. Dense and indexed layouts are tuned.
+ * layer is quantized or transformed. Every GEMM type is tuned: the MoE layouts on uniform
+ * routing laid out as the MoE layer lays it out (heuristics/tuner_routing.h).
  */
 #ifndef HM_TUNER_H
 #define HM_TUNER_H
@@ -15,7 +16,7 @@
 
 typedef struct hm_tune_request {
   const hm_layer_config *layer;
-  hm_gemm_type type; /* HM_GEMM_DENSE or HM_GEMM_INDEXED; indexed takes layer->top_k slots a token */
+  hm_gemm_type type; /* MoE types route layer->top_k slots a token */
   int candidates;    /* timed per bucket beside the analytic choice and the default (0: 6) */
   int reps;          /* timed launches per candidate, median taken (0: 15) */
 } hm_tune_request;
@@ -34,6 +35,9 @@ typedef struct hm_tune_result {
   hm_tune_entry entries[HM_GEMM_PLAN_MAX]; /* to store in the table */
 } hm_tune_result;
 
+/* Whether the tuner times the bucket (m_lo, m_hi]: those past its largest shapes keep the
+ * analytic choice. */
+bool hm_tuner_bucket_timed(const hm_layer_config *layer, hm_gemm_type type, int64_t m_lo, int64_t m_hi);
 /* Tunes every bucket of req's layer on a CUDA engine. */
 hm_status hm_tuner_run(hm_engine *engine, const hm_tune_request *req, hm_tune_result *out);
 

@@ -6,6 +6,7 @@
 #include "check.h"
 #include "engine.h"
 #include "heuristics/tuner_bench.h"
+#include "heuristics/tuner_routing.h"
 #include "kernels/transform.h"
 
 #define TUNER_MAX_WEIGHT_BYTES ((size_t)8 << 30)
@@ -13,6 +14,11 @@
 /* Byte of every buffer: 0x3c3c is a small normal bf16/f16 value, 0x3c3c3c3c a small normal
  * f32 and 0x3c a normal fp8 e4m3 code, so no NaN or denormal path is timed. */
 #define FILL_BYTE 0x3c
+/* Activations and output of one shape: dense DeepSeek-V3 gate_up at 65536 rows takes 5.8 GB;
+ * masked launches, max_m rows for every expert, outgrow it first. */
+#define TUNER_MAX_ACT_BYTES ((size_t)8 << 30)
+/* The largest block a contiguous segment is padded to: the tallest tile (gemm_config.c). */
+#define TUNER_MAX_BLOCK_M 256
 
 static hm_status alloc_filled(hm_engine *e, size_t bytes, void **out) {
   *out = NULL;
@@ -58,27 +64,47 @@ static int64_t act_scales_per_row(const hm_layer_config *lc) {
   }
 }
 
+static int slots_per_token(const hm_layer_config *lc, hm_gemm_type type) {
+  return type != HM_GEMM_DENSE && lc->top_k > 1 ? lc->top_k : 1;
+}
+
+/* Rows of A and C a launch at valid_m reads and writes; padded: the contiguous layout's rows. */
+static void rows_of(const hm_layer_config *lc, hm_gemm_type type, int64_t valid_m, int64_t padded,
+                    int64_t *a_rows, int64_t *c_rows) {
+  const int top_k = slots_per_token(lc, type);
+  const int64_t tokens = (valid_m + top_k - 1) / top_k;
+  switch (type) {
+    case HM_GEMM_INDEXED: *a_rows = tokens, *c_rows = tokens * top_k; return;
+    case HM_GEMM_GROUPED_CONTIGUOUS: *a_rows = *c_rows = padded; return;
+    case HM_GEMM_GROUPED_MASKED: *a_rows = *c_rows = lc->experts * tokens; return;
+    default: *a_rows = *c_rows = valid_m; return;
+  }
+}
+
+/* Bytes of A (16-bit at most) and C (16-bit). */
+static size_t act_bytes(const hm_layer_config *lc, int64_t a_rows, int64_t c_rows) {
+  return (size_t)(a_rows * lc->k + c_rows * lc->n) * 2;
+}
+
+bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_t valid_m) {
+  int64_t a_rows, c_rows;
+  rows_of(layer, type, valid_m, valid_m + layer->experts * (TUNER_MAX_BLOCK_M - 1), &a_rows, &c_rows);
+  return act_bytes(layer, a_rows, c_rows) <= TUNER_MAX_ACT_BYTES;
+}
+
 hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
-                                int64_t max_valid_m, size_t l2_bytes, hm_tuner_bench *out) {
+                                size_t l2_bytes, hm_tuner_bench *out) {
   HM_CHECK_NOT_NULL(engine);
   HM_CHECK_NOT_NULL(layer);
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
-  if (type != HM_GEMM_DENSE && type != HM_GEMM_INDEXED)
-    HM_FAIL(HM_UNSUPPORTED, "the tuner times dense and indexed GEMMs, not %s", hm_gemm_type_name(type));
   out->engine = engine;
   out->layer = layer;
   out->type = type;
-  out->top_k = type == HM_GEMM_INDEXED && layer->top_k > 1 ? layer->top_k : 1;
+  out->top_k = slots_per_token(layer, type);
   hm_status ret = HM_OK;
-  const int64_t a_rows = (max_valid_m + out->top_k - 1) / out->top_k;
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);
   HM_CHECK_GOTO(alloc_weights(out, l2_bytes), fail);
-  HM_CHECK_GOTO(alloc_filled(engine, (size_t)(a_rows * layer->k) * 2, &out->a), fail);
-  HM_CHECK_GOTO(alloc_filled(engine, (size_t)(a_rows * act_scales_per_row(layer)) * sizeof(float),
-                             (void **)&out->a_scale),
-                fail);
-  HM_CHECK_GOTO(hm_mem_alloc(engine, (size_t)(max_valid_m * layer->n) * 2, &out->c), fail);
   return HM_OK;
 fail:
   hm_tuner_bench_destroy(out);
@@ -89,8 +115,16 @@ static void free_meta(hm_tuner_bench *b) {
   hm_mem_free(b->engine, b->sorted_ids);
   hm_mem_free(b->engine, b->expert_ids);
   hm_mem_free(b->engine, b->num_padded);
-  b->sorted_ids = b->expert_ids = b->num_padded = NULL;
-  b->meta_block_m = 0;
+  hm_mem_free(b->engine, b->expert_counts);
+  hm_mem_free(b->engine, b->expert_offsets);
+  b->sorted_ids = b->expert_ids = b->num_padded = b->expert_counts = b->expert_offsets = NULL;
+  b->meta_block = 0;
+}
+
+static void free_buffer(hm_engine *e, hm_tuner_buffer *buf) {
+  hm_mem_free(e, buf->ptr);
+  buf->ptr = NULL;
+  buf->bytes = 0;
 }
 
 void hm_tuner_bench_destroy(hm_tuner_bench *b) {
@@ -105,91 +139,110 @@ void hm_tuner_bench_destroy(hm_tuner_bench *b) {
     hm_mem_free(b->engine, (void *)b->ops[0].bias);
     hm_mem_free(b->engine, (void *)b->ops[0].global_scale);
   }
-  hm_mem_free(b->engine, b->a);
-  hm_mem_free(b->engine, b->a_scale);
-  hm_mem_free(b->engine, b->c);
-  hm_mem_free(b->engine, b->workspace);
+  free_buffer(b->engine, &b->a);
+  free_buffer(b->engine, &b->a_scale);
+  free_buffer(b->engine, &b->c);
+  free_buffer(b->engine, &b->workspace);
   hm_stream_destroy(b->stream);
   memset(b, 0, sizeof(*b));
 }
 
-/* Token t's slot s goes to a distinct expert per token, spread uniformly by a multiplicative hash. */
-static int64_t expert_of(int64_t token, int slot, int64_t experts) {
-  const uint64_t h = (uint64_t)token * 2654435761u;
-  return (int64_t)((h + (uint64_t)slot) % (uint64_t)experts);
+/* Grows buf to at least bytes; fill: the whole buffer at FILL_BYTE (kernels read it), else
+ * zero when it is new (a Stream-K workspace whose counters kernels leave at zero). */
+static hm_status ensure_buffer(hm_engine *e, hm_tuner_buffer *buf, size_t bytes, bool fill) {
+  if (bytes <= buf->bytes) return HM_OK;
+  free_buffer(e, buf);
+  HM_CHECK(hm_mem_alloc(e, bytes, &buf->ptr));
+  buf->bytes = bytes;
+  return hm_engine_memset(e, buf->ptr, fill ? FILL_BYTE : 0, bytes, NULL);
 }
 
-/* Indexed metadata for m tokens padded to block_m: sorted ids, expert per block, rows in use. */
-static hm_status build_meta(hm_tuner_bench *b, int64_t m, int block_m) {
-  if (b->meta_block_m == block_m && b->meta_m == m) return HM_OK;
-  free_meta(b);
-  const int64_t e = b->layer->experts, slots = m * b->top_k;
-  hm_status ret = HM_OK;
-  int64_t *count = calloc((size_t)e, sizeof(*count));
-  int64_t *start = calloc((size_t)e + 1, sizeof(*start));
-  int32_t *ids = NULL, *blocks = NULL;
-  if (count == NULL || start == NULL) HM_FAIL_GOTO(HM_OUT_OF_MEMORY, done, "routing counts");
-  for (int64_t s = 0; s < slots; s++) count[expert_of(s / b->top_k, (int)(s % b->top_k), e)]++;
-  for (int64_t x = 0; x < e; x++) start[x + 1] = start[x] + (count[x] + block_m - 1) / block_m * block_m;
-  const int64_t padded = start[e];
-  ids = malloc((size_t)(padded ? padded : 1) * sizeof(*ids));
-  blocks = malloc((size_t)(padded / block_m + 1) * sizeof(*blocks));
-  if (ids == NULL || blocks == NULL) HM_FAIL_GOTO(HM_OUT_OF_MEMORY, done, "routing ids");
-  for (int64_t i = 0; i < padded; i++) ids[i] = (int32_t)slots;
-  for (int64_t x = 0; x < e; x++)
-    for (int64_t i = start[x]; i < start[x + 1]; i += block_m) blocks[i / block_m] = (int32_t)x;
-  memset(count, 0, (size_t)e * sizeof(*count));
-  for (int64_t s = 0; s < slots; s++) {
-    const int64_t x = expert_of(s / b->top_k, (int)(s % b->top_k), e);
-    ids[start[x] + count[x]++] = (int32_t)s;
-  }
+static hm_status upload_i32(hm_engine *e, const int32_t *host, int64_t count, int32_t **out) {
+  HM_CHECK(hm_mem_alloc(e, (size_t)(count > 0 ? count : 1) * sizeof(int32_t), (void **)out));
+  return hm_mem_upload(e, *out, host, (size_t)count * sizeof(int32_t));
+}
+
+/* Puts what the bench's layout reads of r on the device. */
+static hm_status upload_routing(hm_tuner_bench *b, const hm_tuner_routing *r) {
+  const int64_t padded = r->starts[r->experts];
   const int32_t used = (int32_t)padded;
-  HM_CHECK_GOTO(hm_mem_alloc(b->engine, (size_t)(padded ? padded : 1) * 4, (void **)&b->sorted_ids), done);
-  HM_CHECK_GOTO(hm_mem_alloc(b->engine, (size_t)(padded / block_m + 1) * 4, (void **)&b->expert_ids), done);
-  HM_CHECK_GOTO(hm_mem_alloc(b->engine, 4, (void **)&b->num_padded), done);
-  HM_CHECK_GOTO(hm_mem_upload(b->engine, b->sorted_ids, ids, (size_t)padded * 4), done);
-  HM_CHECK_GOTO(hm_mem_upload(b->engine, b->expert_ids, blocks, (size_t)(padded / block_m) * 4), done);
-  HM_CHECK_GOTO(hm_mem_upload(b->engine, b->num_padded, &used, 4), done);
-  b->max_padded = padded;
-  b->meta_block_m = block_m;
-  b->meta_m = m;
-done:
-  free(count);
-  free(start);
-  free(ids);
-  free(blocks);
-  return ret;
+  switch (b->type) {
+    case HM_GEMM_INDEXED:
+      HM_CHECK(upload_i32(b->engine, r->sorted_ids, padded, &b->sorted_ids));
+      HM_CHECK(upload_i32(b->engine, r->block_experts, padded / r->block, &b->expert_ids));
+      return upload_i32(b->engine, &used, 1, &b->num_padded);
+    case HM_GEMM_GROUPED_CONTIGUOUS:
+      HM_CHECK(upload_i32(b->engine, r->starts, r->experts + 1, &b->expert_offsets));
+      return upload_i32(b->engine, r->counts, r->experts, &b->expert_counts);
+    case HM_GEMM_GROUPED_MASKED: return upload_i32(b->engine, r->counts, r->experts, &b->expert_counts);
+    default: return HM_OK;
+  }
+}
+
+/* The routing of tokens padded to block on the device, unless it is already there. */
+static hm_status ensure_routing(hm_tuner_bench *b, int64_t tokens, int block) {
+  if (b->meta_block == block && b->meta_m == tokens) return HM_OK;
+  free_meta(b);
+  hm_tuner_routing r;
+  HM_CHECK(hm_tuner_routing_make(tokens, b->top_k, b->layer->experts, block, &r));
+  const hm_status st = upload_routing(b, &r);
+  b->max_padded = r.starts[r.experts];
+  hm_tuner_routing_free(&r);
+  HM_CHECK(st);
+  b->meta_block = block;
+  b->meta_m = tokens;
+  return HM_OK;
 }
 
 static hm_status ensure_workspace(hm_tuner_bench *b, const hm_gemm_config *cfg) {
-  const size_t bytes = hm_gemm_workspace_bytes(cfg, b->engine->sm_count);
-  if (bytes <= b->workspace_bytes) return HM_OK;
   /* Kernels leave the counters zero, so one zeroed buffer of the largest size serves all. */
-  hm_mem_free(b->engine, b->workspace);
-  b->workspace = NULL;
-  b->workspace_bytes = 0;
-  HM_CHECK(hm_mem_alloc(b->engine, bytes, &b->workspace));
-  b->workspace_bytes = bytes;
-  return hm_engine_memset(b->engine, b->workspace, 0, bytes, NULL);
+  return ensure_buffer(b->engine, &b->workspace, hm_gemm_workspace_bytes(cfg, b->engine->sm_count), false);
+}
+
+/* The layout's metadata, as the MoE layer passes it (moe/layer_forward.c): indexed and
+ * contiguous rows padded to the kernel's block, masked launches of max_m = tokens rows an
+ * expert; each MoE launch names the rows routed, from which the kernel table picks. */
+static hm_status layout_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t tokens,
+                             hm_gemm_args *args) {
+  const int bm = cfg->tuning.bm;
+  HM_CHECK(ensure_routing(b, tokens, b->type == HM_GEMM_GROUPED_MASKED ? 1 : bm));
+  args->m = tokens;
+  args->routed_rows = tokens * b->top_k;
+  switch (b->type) {
+    case HM_GEMM_INDEXED:
+      args->sorted_ids = b->sorted_ids;
+      args->expert_ids = b->expert_ids;
+      args->num_padded = b->num_padded;
+      args->max_padded = b->max_padded;
+      args->block_m = bm;
+      args->top_k = b->top_k;
+      args->a_rows_per_token = b->top_k;
+      args->routed_rows = 0;
+      return HM_OK;
+    case HM_GEMM_GROUPED_CONTIGUOUS:
+      args->m = b->max_padded;
+      args->expert_offsets = b->expert_offsets;
+      args->expert_counts = b->expert_counts;
+      args->block_m = bm;
+      return HM_OK;
+    default: args->expert_counts = b->expert_counts; return HM_OK;
+  }
 }
 
 static hm_status make_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t valid_m, hm_gemm_args *args) {
   memset(args, 0, sizeof(*args));
   args->type = b->type;
-  args->a = b->a;
-  args->a_scale = b->a_scale;
-  args->c = b->c;
   args->m = valid_m;
-  if (b->type != HM_GEMM_INDEXED) return HM_OK;
-  args->m = (valid_m + b->top_k - 1) / b->top_k;
-  HM_CHECK(build_meta(b, args->m, cfg->tuning.bm));
-  args->sorted_ids = b->sorted_ids;
-  args->expert_ids = b->expert_ids;
-  args->num_padded = b->num_padded;
-  args->max_padded = b->max_padded;
-  args->block_m = cfg->tuning.bm;
-  args->top_k = b->top_k;
-  args->a_rows_per_token = b->top_k;
+  if (b->type != HM_GEMM_DENSE) HM_CHECK(layout_args(b, cfg, (valid_m + b->top_k - 1) / b->top_k, args));
+  int64_t a_rows, c_rows;
+  rows_of(b->layer, b->type, valid_m, b->max_padded, &a_rows, &c_rows);
+  HM_CHECK(ensure_buffer(b->engine, &b->a, (size_t)(a_rows * b->layer->k) * 2, true));
+  HM_CHECK(ensure_buffer(b->engine, &b->a_scale,
+                         (size_t)(a_rows * act_scales_per_row(b->layer)) * sizeof(float), true));
+  HM_CHECK(ensure_buffer(b->engine, &b->c, (size_t)(c_rows * b->layer->n) * 2, false));
+  args->a = b->a.ptr;
+  args->a_scale = b->a_scale.ptr;
+  args->c = b->c.ptr;
   return HM_OK;
 }
 
@@ -202,10 +255,11 @@ static hm_status time_reps(hm_tuner_bench *b, hm_kernel *k, const hm_gemm_config
                            int reps, float *ms, hm_event *t0, hm_event *t1) {
   const int sms = b->engine->sm_count;
   for (int i = 0; i < WARMUP_LAUNCHES; i++)
-    HM_CHECK(hm_gemm_launch(k, cfg, sms, &b->ops[i % b->copies], args, b->workspace, b->stream));
+    HM_CHECK(hm_gemm_launch(k, cfg, sms, &b->ops[i % b->copies], args, b->workspace.ptr, b->stream));
   for (int i = 0; i < reps; i++) {
     HM_CHECK(hm_event_record(t0, b->stream));
-    HM_CHECK(hm_gemm_launch(k, cfg, sms, &b->ops[(i + WARMUP_LAUNCHES) % b->copies], args, b->workspace, b->stream));
+    HM_CHECK(hm_gemm_launch(k, cfg, sms, &b->ops[(i + WARMUP_LAUNCHES) % b->copies], args, b->workspace.ptr,
+                            b->stream));
     HM_CHECK(hm_event_record(t1, b->stream));
     HM_CHECK(hm_event_elapsed_ms(t0, t1, &ms[i]));
   }

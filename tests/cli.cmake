@@ -6,6 +6,11 @@ add_test(NAME test_cli_tune_plan COMMAND humming-moe tune --model deepseek-v3 --
 set_tests_properties(test_cli_tune_plan PROPERTIES LABELS unit TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "experts.down +grouped_contiguous +131584 .*_wgmma_ws"
                      FAIL_REGULAR_EXPRESSION "unsupported")
+# --layout narrows a MoE layer's tables to one layout.
+add_test(NAME test_cli_tune_layout COMMAND humming-moe tune --model deepseek-v3 --quant w4a16 --plan --layout masked)
+set_tests_properties(test_cli_tune_layout PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "experts.down +grouped_masked"
+                     FAIL_REGULAR_EXPRESSION "indexed|grouped_contiguous|unsupported")
 # precompile compiles a model's kernel tables and names every kernel whose registers spill
 # to local memory; the tiny model's weight-only tables on sm_80 have none.
 add_test(NAME test_cli_precompile COMMAND humming-moe precompile --model tiny --quant w4a16 --arch sm_80)

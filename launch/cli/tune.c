@@ -20,6 +20,7 @@
 typedef struct tune_opts {
   char model[HM_OPT_STR_LEN];
   char quant[HM_OPT_STR_LEN];
+  char layout[HM_OPT_STR_LEN];
   int64_t tp, ep, candidates, reps;
   bool plan, help;
 } tune_opts;
@@ -71,6 +72,8 @@ static int parse(int argc, char **argv, tune_opts *o) {
       {"--model", HM_OPT_STR, o->model, 0, 0, "NAME", "model preset", NULL},
       {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME",
        "quantization scheme (w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-int8, bf16)", NULL},
+      {"--layout", HM_OPT_STR, o->layout, 0, 0, "L",
+       "MoE layouts to tune or plan: all (default), masked, indexed or contiguous", NULL},
       {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks (shapes of one rank)", NULL},
       {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},
       {"--candidates", HM_OPT_INT, &o->candidates, 1, 14, "N", "cost-model candidates timed per bucket",
@@ -85,6 +88,12 @@ static int parse(int argc, char **argv, tune_opts *o) {
     fprintf(stderr, "humming-moe tune: %s\n", err);
     return EXIT_USAGE;
   }
+  if (strcmp(o->layout, "all") != 0 && strcmp(o->layout, "masked") != 0 &&
+      strcmp(o->layout, "indexed") != 0 && strcmp(o->layout, "contiguous") != 0) {
+    fprintf(stderr, "humming-moe tune: --layout %s: expected all, masked, indexed or contiguous\n",
+            o->layout);
+    return EXIT_USAGE;
+  }
   if (o->help) {
     printf("usage: humming-moe tune --model NAME --quant SCHEME [options]\n");
     hm_opts_usage(stdout, table, n);
@@ -93,31 +102,39 @@ static int parse(int argc, char **argv, tune_opts *o) {
   return -1;
 }
 
-/* An MoE layer runs all three grouped types (the auto layout: masked for decode, indexed,
- * contiguous for prefill); the plan shows each, the tuner times the indexed one. */
-static int plan_moe_layer(const hm_model_layer *l, const hm_device_profile *p) {
-  static const hm_gemm_type types[] = {HM_GEMM_GROUPED_MASKED, HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS};
-  int rc = 0;
-  for (size_t t = 0; t < HM_ARRAY_SIZE(types) && rc == 0; t++) rc = plan_layer(l, types[t], p);
-  return rc;
+/* The GEMM types of a layer: a MoE layer runs all three grouped ones (the auto layout:
+ * masked for decode, indexed, contiguous for prefill), or the one --layout names. */
+static int layer_types(const hm_model_layer *l, const char *layout, hm_gemm_type types[3]) {
+  static const struct {
+    const char *name;
+    hm_gemm_type type;
+  } moe[] = {{"masked", HM_GEMM_GROUPED_MASKED},
+             {"indexed", HM_GEMM_INDEXED},
+             {"contiguous", HM_GEMM_GROUPED_CONTIGUOUS}};
+  int n = 0;
+  if (l->config.experts == 1) {
+    types[n++] = HM_GEMM_DENSE;
+    return n;
+  }
+  for (size_t i = 0; i < HM_ARRAY_SIZE(moe); i++)
+    if (strcmp(layout, "all") == 0 || strcmp(layout, moe[i].name) == 0) types[n++] = moe[i].type;
+  return n;
 }
 
 static int run_layers(hm_engine *e, const hm_model_layer *layers, int count, const tune_opts *o,
                       const hm_device_profile *p, const char *root) {
   int rc = 0;
   for (int i = 0; i < count && rc == 0; i++) {
-    const bool dense = layers[i].config.experts == 1;
-    const hm_gemm_type type = dense ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
-    if (o->plan)
-      rc = dense ? plan_layer(&layers[i], type, p) : plan_moe_layer(&layers[i], p);
-    else
-      rc = tune_layer(e, &layers[i], type, o, root);
+    hm_gemm_type types[3];
+    const int n = layer_types(&layers[i], o->layout, types);
+    for (int t = 0; t < n && rc == 0; t++)
+      rc = o->plan ? plan_layer(&layers[i], types[t], p) : tune_layer(e, &layers[i], types[t], o, root);
   }
   return rc;
 }
 
 int hm_cli_tune(int argc, char **argv) {
-  tune_opts o = {.model = "deepseek-v3", .quant = "w4a16", .tp = 1, .ep = 1};
+  tune_opts o = {.model = "deepseek-v3", .quant = "w4a16", .layout = "all", .tp = 1, .ep = 1};
   int rc = parse(argc, argv, &o);
   if (rc >= 0) return rc;
   hm_model_preset preset;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The tuner on a GPU: one small MoE layer is tuned, its entries land in the table
- * under this device's key, every tuned time is at most the analytic choice's, and the
- * layer's plan on this engine (auto and tuned sources) then answers with the tuned
- * configs.
+ * The tuner on a GPU: one small MoE layer is tuned in each layout (indexed, contiguous,
+ * masked), its entries land in the table under this device's key, every tuned time is at
+ * most the analytic choice's, and the layer's plan on this engine (auto and tuned sources)
+ * then answers with the tuned configs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,15 +17,14 @@
 
 static hm_engine *engine;
 
-static void tune_one_small_layer(void **state) {
-  (void)state;
+static void tune_one_small_layer(hm_gemm_type type) {
   hm_layer_config lc = HM_LAYER_CONFIG_INIT;
   HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &lc.scheme));
   lc.n = 1024;
   lc.k = 2048;
   lc.experts = 8;
   lc.top_k = 2;
-  const hm_tune_request req = {&lc, HM_GEMM_INDEXED, 3, 9};
+  const hm_tune_request req = {&lc, type, 3, 9};
   hm_tune_result r;
   HM_ASSERT_OK(hm_tuner_run(engine, &req, &r));
   assert_true(r.count > 0);
@@ -37,14 +36,13 @@ static void tune_one_small_layer(void **state) {
   hm_layer_plan plans[2];
   HM_ASSERT_OK(hm_tune_table_load(root, &t));
   HM_ASSERT_OK(hm_tune_identity_for_engine(engine, &id));
-  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, HM_GEMM_INDEXED, hm_engine_arch(engine), HM_PLAN_AUTO,
-                                        &plans[0]));
-  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, HM_GEMM_INDEXED, hm_engine_arch(engine), HM_PLAN_TUNED,
-                                        &plans[1]));
+  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, type, hm_engine_arch(engine), HM_PLAN_AUTO, &plans[0]));
+  HM_ASSERT_OK(hm_heuristics_layer_plan(engine, &lc, type, hm_engine_arch(engine), HM_PLAN_TUNED, &plans[1]));
   for (int i = 0; i < r.count; i++) {
     const hm_tune_bucket *b = &r.buckets[i];
-    printf("# M %6lld  heuristic %8.2f us  default %8.2f us  tuned %8.2f us  predicted %8.2f us\n",
-           (long long)b->m, b->heuristic_us, b->default_us, b->tuned_us, b->predicted_us);
+    printf("# %s M %6lld  heuristic %8.2f us  default %8.2f us  tuned %8.2f us  predicted %8.2f us\n",
+           hm_gemm_type_name(type), (long long)b->m, b->heuristic_us, b->default_us, b->tuned_us,
+           b->predicted_us);
     assert_true(b->tuned_us > 0 && b->tuned_us <= b->heuristic_us);
     const hm_tune_entry *e = hm_tune_table_lookup(&t, &id, r.entries[i].layer, b->m_lo, b->m_hi);
     assert_non_null(e);
@@ -58,10 +56,26 @@ static void tune_one_small_layer(void **state) {
   hm_tune_table_free(&t);
 }
 
+static void tune_indexed(void **state) {
+  (void)state;
+  tune_one_small_layer(HM_GEMM_INDEXED);
+}
+
+static void tune_contiguous(void **state) {
+  (void)state;
+  tune_one_small_layer(HM_GEMM_GROUPED_CONTIGUOUS);
+}
+
+static void tune_masked(void **state) {
+  (void)state;
+  tune_one_small_layer(HM_GEMM_GROUPED_MASKED);
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
-  const struct CMUnitTest tests[] = {cmocka_unit_test(tune_one_small_layer)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(tune_indexed), cmocka_unit_test(tune_contiguous),
+                                     cmocka_unit_test(tune_masked)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);
   hm_shutdown();

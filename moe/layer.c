@@ -124,61 +124,47 @@ hm_moe_weights_at hm_moe_weights_of(const hm_moe_layer *l, bool shared) {
   return (hm_moe_weights_at){l->shared_gate_up, l->shared_down, 0, 1, 1};
 }
 
-hm_status hm_moe_layer_quantize(hm_moe_layer *l, const float *gate_up, const float *down) {
+/* One GEMM layer's share of the experts at `at`, from src as kind says. */
+static hm_status fill_one(hm_layer *layer, const hm_moe_weights_at *at, hm_moe_fill kind, const void *src,
+                          hm_stream *stream) {
+  switch (kind) {
+    case HM_MOE_FILL_QUANTIZE: return hm_layer_quantize_experts(layer, at->first, at->count, src, NULL);
+    case HM_MOE_FILL_HOST: return hm_layer_load_experts(layer, at->first, at->count, src);
+    default: return hm_layer_load_experts_device(layer, at->first, at->count, src, stream);
+  }
+}
+
+hm_status hm_moe_fill_experts(hm_moe_layer *l, bool shared, hm_moe_fill kind, const void *gate_up,
+                              const void *down, hm_stream *stream) {
   HM_CHECK_NOT_NULL(l);
   HM_CHECK_NOT_NULL(gate_up);
   HM_CHECK_NOT_NULL(down);
-  l->loaded = l->transformed = false;
-  hm_moe_weights_at at = hm_moe_weights_of(l, false);
-  HM_CHECK(hm_layer_quantize_experts(at.gate_up, at.first, at.count, gate_up, NULL));
-  HM_CHECK(hm_layer_quantize_experts(at.down, at.first, at.count, down, NULL));
-  l->loaded = true;
+  if (shared && l->shared_width == 0)
+    HM_FAIL(HM_INVALID_ARGUMENT, "shared expert weights given to a layer configured without shared experts");
+  bool *filled = shared ? &l->shared_loaded : &l->loaded;
+  *filled = l->transformed = false;
+  const hm_moe_weights_at at = hm_moe_weights_of(l, shared);
+  HM_CHECK(fill_one(at.gate_up, &at, kind, gate_up, stream));
+  HM_CHECK(fill_one(at.down, &at, kind, down, stream));
+  *filled = true;
   return HM_OK;
+}
+
+hm_status hm_moe_layer_quantize(hm_moe_layer *l, const float *gate_up, const float *down) {
+  return hm_moe_fill_experts(l, false, HM_MOE_FILL_QUANTIZE, gate_up, down, NULL);
 }
 
 hm_status hm_moe_layer_load(hm_moe_layer *l, const hm_weights_view *gate_up, const hm_weights_view *down) {
-  HM_CHECK_NOT_NULL(l);
-  HM_CHECK_NOT_NULL(gate_up);
-  HM_CHECK_NOT_NULL(down);
-  l->loaded = l->transformed = false;
-  hm_moe_weights_at at = hm_moe_weights_of(l, false);
-  HM_CHECK(hm_layer_load_experts(at.gate_up, at.first, at.count, gate_up));
-  HM_CHECK(hm_layer_load_experts(at.down, at.first, at.count, down));
-  l->loaded = true;
-  return HM_OK;
-}
-
-static hm_status check_shared(const hm_moe_layer *l) {
-  if (l->shared_width == 0)
-    HM_FAIL(HM_INVALID_ARGUMENT, "shared expert weights given to a layer configured without shared experts");
-  return HM_OK;
+  return hm_moe_fill_experts(l, false, HM_MOE_FILL_HOST, gate_up, down, NULL);
 }
 
 hm_status hm_moe_layer_quantize_shared(hm_moe_layer *l, const float *gate_up, const float *down) {
-  HM_CHECK_NOT_NULL(l);
-  HM_CHECK_NOT_NULL(gate_up);
-  HM_CHECK_NOT_NULL(down);
-  HM_CHECK(check_shared(l));
-  l->shared_loaded = l->transformed = false;
-  hm_moe_weights_at at = hm_moe_weights_of(l, true);
-  HM_CHECK(hm_layer_quantize_experts(at.gate_up, at.first, at.count, gate_up, NULL));
-  HM_CHECK(hm_layer_quantize_experts(at.down, at.first, at.count, down, NULL));
-  l->shared_loaded = true;
-  return HM_OK;
+  return hm_moe_fill_experts(l, true, HM_MOE_FILL_QUANTIZE, gate_up, down, NULL);
 }
 
 hm_status hm_moe_layer_load_shared(hm_moe_layer *l, const hm_weights_view *gate_up,
                                    const hm_weights_view *down) {
-  HM_CHECK_NOT_NULL(l);
-  HM_CHECK_NOT_NULL(gate_up);
-  HM_CHECK_NOT_NULL(down);
-  HM_CHECK(check_shared(l));
-  l->shared_loaded = l->transformed = false;
-  hm_moe_weights_at at = hm_moe_weights_of(l, true);
-  HM_CHECK(hm_layer_load_experts(at.gate_up, at.first, at.count, gate_up));
-  HM_CHECK(hm_layer_load_experts(at.down, at.first, at.count, down));
-  l->shared_loaded = true;
-  return HM_OK;
+  return hm_moe_fill_experts(l, true, HM_MOE_FILL_HOST, gate_up, down, NULL);
 }
 
 hm_status hm_moe_layer_set_router_bias(hm_moe_layer *l, const float *bias) {

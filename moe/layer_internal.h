@@ -45,6 +45,14 @@ typedef struct hm_moe_weights_at {
 
 hm_moe_weights_at hm_moe_weights_of(const hm_moe_layer *l, bool shared);
 
+/* Where expert weights come from: f32 to quantize, or weight views in host or engine memory. */
+typedef enum hm_moe_fill { HM_MOE_FILL_QUANTIZE, HM_MOE_FILL_HOST, HM_MOE_FILL_DEVICE } hm_moe_fill;
+
+/* Fills the routed (or shared) experts' gate_up and down from two sources of that kind (float
+ * arrays or hm_weights_view); the layer needs a transform afterwards. */
+hm_status hm_moe_fill_experts(hm_moe_layer *l, bool shared, hm_moe_fill kind, const void *gate_up,
+                              const void *down, hm_stream *stream);
+
 /* Alignment metadata sets: one per distinct block_m of the two GEMMs (indexed). */
 #define HM_MOE_MAX_SETS 2
 

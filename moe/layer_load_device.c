@@ -15,31 +15,15 @@ static hm_status check_stream(const hm_moe_layer *l, const hm_stream *stream) {
 hm_status hm_moe_layer_load_device(hm_moe_layer *l, const hm_weights_view *gate_up,
                                    const hm_weights_view *down, hm_stream *stream) {
   HM_CHECK_NOT_NULL(l);
-  HM_CHECK_NOT_NULL(gate_up);
-  HM_CHECK_NOT_NULL(down);
   HM_CHECK(check_stream(l, stream));
-  l->loaded = l->transformed = false;
-  hm_moe_weights_at at = hm_moe_weights_of(l, false);
-  HM_CHECK(hm_layer_load_experts_device(at.gate_up, at.first, at.count, gate_up, stream));
-  HM_CHECK(hm_layer_load_experts_device(at.down, at.first, at.count, down, stream));
-  l->loaded = true;
-  return HM_OK;
+  return hm_moe_fill_experts(l, false, HM_MOE_FILL_DEVICE, gate_up, down, stream);
 }
 
 hm_status hm_moe_layer_load_shared_device(hm_moe_layer *l, const hm_weights_view *gate_up,
                                           const hm_weights_view *down, hm_stream *stream) {
   HM_CHECK_NOT_NULL(l);
-  HM_CHECK_NOT_NULL(gate_up);
-  HM_CHECK_NOT_NULL(down);
   HM_CHECK(check_stream(l, stream));
-  if (l->shared_width == 0)
-    HM_FAIL(HM_INVALID_ARGUMENT, "shared expert weights given to a layer configured without shared experts");
-  l->shared_loaded = l->transformed = false;
-  hm_moe_weights_at at = hm_moe_weights_of(l, true);
-  HM_CHECK(hm_layer_load_experts_device(at.gate_up, at.first, at.count, gate_up, stream));
-  HM_CHECK(hm_layer_load_experts_device(at.down, at.first, at.count, down, stream));
-  l->shared_loaded = true;
-  return HM_OK;
+  return hm_moe_fill_experts(l, true, HM_MOE_FILL_DEVICE, gate_up, down, stream);
 }
 
 hm_status hm_moe_layer_set_router_bias_device(hm_moe_layer *l, const float *bias, hm_stream *stream) {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Getting and launching the MoE stage kernels through the JIT. */
+/* Getting and launching the MoE stage kernels through the JIT, and its expert GEMMs. */
 #include <stdio.h>
 
 #include "check.h"
@@ -31,6 +31,12 @@ hm_status hm_moe_kernel_launch(hm_moe_exec *x, hm_kernel *kernel, int64_t grid_x
   hm_launch_dims dims = {.grid = {(unsigned)grid_x, grid_y, 1}, .block = {block, 1, 1}};
   void *args[] = {params};
   HM_CHECK(hm_kernel_launch(kernel, &dims, args, x->stream));
+  x->launches++;
+  return HM_OK;
+}
+
+hm_status hm_moe_gemm(hm_moe_exec *x, hm_layer *layer, const hm_gemm_args *args) {
+  HM_CHECK(hm_layer_forward(layer, args, x->stream));
   x->launches++;
   return HM_OK;
 }

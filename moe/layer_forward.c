@@ -167,12 +167,6 @@ static hm_gemm_args expert_args(const hm_moe_fwd *f, int set) {
   return g;
 }
 
-static hm_status gemm(hm_moe_fwd *f, hm_layer *layer, const hm_gemm_args *g) {
-  HM_CHECK(hm_layer_forward(layer, g, f->x.stream));
-  f->x.launches++;
-  return HM_OK;
-}
-
 static hm_status stage_gemm1(hm_moe_fwd *f) {
   hm_gemm_args g = expert_args(f, 0);
   bool indexed = f->p->layout == HM_MOE_LAYOUT_INDEXED;
@@ -180,7 +174,7 @@ static hm_status stage_gemm1(hm_moe_fwd *f) {
   g.a_scale = indexed ? f->xa_scale : at(f, f->p->a_perm_scale);
   if (indexed) g.a_rows_per_token = f->p->slots; /* gathers token rows of x */
   g.c = at(f, f->p->h1);
-  return gemm(f, f->l->gate_up, &g);
+  return hm_moe_gemm(&f->x, f->l->gate_up, &g);
 }
 
 static hm_status stage_act(hm_moe_fwd *f) {
@@ -203,7 +197,7 @@ static hm_status stage_gemm2(hm_moe_fwd *f) {
   g.a = at(f, f->p->h2);
   g.a_scale = at(f, f->p->h2_scale);
   g.c = at(f, f->p->h3);
-  return gemm(f, f->l->down, &g);
+  return hm_moe_gemm(&f->x, f->l->down, &g);
 }
 
 static hm_status stage_shared(hm_moe_fwd *f) {
@@ -212,7 +206,7 @@ static hm_status stage_shared(hm_moe_fwd *f) {
   const hm_moe_config *c = &l->cfg;
   hm_gemm_args up = {
       .type = HM_GEMM_DENSE, .m = f->p->tokens, .a = f->xa, .a_scale = f->xa_scale, .c = at(f, f->p->s1)};
-  HM_CHECK(gemm(f, l->shared_gate_up, &up));
+  HM_CHECK(hm_moe_gemm(&f->x, l->shared_gate_up, &up));
   int64_t rows = c->activation == HM_MOE_ACT_RELU2 ? l->shared_width : 2 * l->shared_width;
   hm_moe_act_args a = {.fn = hm_moe_act_fn_of(c->activation),
                        .items = f->p->tokens,
@@ -226,7 +220,7 @@ static hm_status stage_shared(hm_moe_fwd *f) {
   HM_CHECK(hm_moe_act_run(&f->x, &l->kernels.shared_act, &a));
   hm_gemm_args down = {
       .type = HM_GEMM_DENSE, .m = f->p->tokens, .a = a.out, .a_scale = a.out_scale, .c = at(f, f->p->s3)};
-  return gemm(f, l->shared_down, &down);
+  return hm_moe_gemm(&f->x, l->shared_down, &down);
 }
 
 static hm_status stage_combine(hm_moe_fwd *f) {

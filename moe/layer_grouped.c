@@ -123,17 +123,11 @@ static hm_gemm_args grouped_gemm(const grouped_fwd *f, const void *a, const floa
   return g;
 }
 
-static hm_status gemm(grouped_fwd *f, hm_layer *layer, const hm_gemm_args *g) {
-  HM_CHECK(hm_layer_forward(layer, g, f->x.stream));
-  f->x.launches++;
-  return HM_OK;
-}
-
 static hm_status ffn(grouped_fwd *f) {
   const hm_moe_config *c = &f->l->cfg;
   HM_CHECK(convert_x(f));
   hm_gemm_args up = grouped_gemm(f, f->xa, f->xa_scale, at(f, f->p.h1));
-  HM_CHECK(gemm(f, f->l->gate_up, &up));
+  HM_CHECK(hm_moe_gemm(&f->x, f->l->gate_up, &up));
   bool scaled = c->scheme.act_scale != HM_ACT_SCALE_NONE;
   hm_moe_act_args a = {.fn = hm_moe_act_fn_of(c->activation),
                        .items = f->a->valid_rows,
@@ -147,7 +141,7 @@ static hm_status ffn(grouped_fwd *f) {
                        .out_scale = scaled ? at(f, f->p.h2_scale) : NULL};
   HM_CHECK(hm_moe_act_run(&f->x, &f->l->kernels.act, &a));
   hm_gemm_args down = grouped_gemm(f, a.out, a.out_scale, f->a->y);
-  return gemm(f, f->l->down, &down);
+  return hm_moe_gemm(&f->x, f->l->down, &down);
 }
 
 hm_status hm_moe_layer_forward_grouped(hm_moe_layer *l, const hm_moe_grouped_args *args, hm_stream *stream) {

@@ -32,6 +32,8 @@ hm_status hm_moe_kernel_get(hm_moe_exec *x, hm_kernel **slot, const char *name, 
 /* Launches a kernel whose only parameter is the struct at params, on a grid_x x grid_y grid. */
 hm_status hm_moe_kernel_launch(hm_moe_exec *x, hm_kernel *kernel, int64_t grid_x, unsigned grid_y,
                                unsigned block, void *params);
+/* Runs one expert GEMM of the layer on the stage's stream. */
+hm_status hm_moe_gemm(hm_moe_exec *x, hm_layer *layer, const hm_gemm_args *args);
 
 /* ---- router.c ---- */
 hm_status hm_moe_router_config_check(const hm_moe_router_config *c);

@@ -89,21 +89,24 @@ static hm_status gather(const hm_tune_request *req, const hm_device_profile *p, 
 }
 
 /* Candidate i's medians at the bucket's ends: us[0] at its smallest M, us[1] at b->m. */
-static hm_status time_ends(hm_engine *e, hm_tuner_bench *bench, int reps, const bucket_work *w, int i,
-                           const hm_tune_bucket *b, double us[2]) {
+static hm_status time_ends(hm_engine *e, hm_tuner_bench *bench, const hm_tune_request *req,
+                           const bucket_work *w, int i, const hm_tune_bucket *b, double us[2]) {
+  const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS, chain = req->chain > 0 ? req->chain : 1;
   hm_kernel *k = NULL;
   HM_CHECK(hm_kernel_get(e, &w->src[i], &k));
-  HM_CHECK(hm_tuner_bench_time(bench, k, &w->cfg[i], b->m, reps, &us[1]));
+  HM_CHECK(hm_tuner_bench_time(bench, k, &w->cfg[i], b->m, reps, chain, &us[1]));
   us[0] = us[1];
-  if (b->m_lo + 1 < b->m) HM_CHECK(hm_tuner_bench_time(bench, k, &w->cfg[i], b->m_lo + 1, reps, &us[0]));
+  if (b->m_lo + 1 < b->m)
+    HM_CHECK(hm_tuner_bench_time(bench, k, &w->cfg[i], b->m_lo + 1, reps, chain, &us[0]));
   return HM_OK;
 }
 
-static hm_status time_bucket(hm_engine *e, hm_tuner_bench *bench, int reps, bucket_work *w, hm_tune_bucket *b) {
+static hm_status time_bucket(hm_engine *e, hm_tuner_bench *bench, const hm_tune_request *req, bucket_work *w,
+                             hm_tune_bucket *b) {
   double heur[2], best = WIN_MARGIN;
   for (int i = 0; i < w->count; i++) {
     double us[2];
-    HM_CHECK(time_ends(e, bench, reps, w, i, b, us));
+    HM_CHECK(time_ends(e, bench, req, w, i, b, us));
     b->timed++;
     if (i == 0) {
       heur[0] = us[0], heur[1] = us[1];
@@ -175,8 +178,8 @@ static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_
   hm_tuner_bench bench;
   HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, (size_t)p->l2_bytes, &bench));
   hm_status ret = HM_OK;
-  const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS;
-  for (int i = 0; i < out->count; i++) HM_CHECK_GOTO(time_bucket(e, &bench, reps, &work[i], &out->buckets[i]), done);
+  for (int i = 0; i < out->count; i++)
+    HM_CHECK_GOTO(time_bucket(e, &bench, req, &work[i], &out->buckets[i]), done);
 done:
   hm_tuner_bench_destroy(&bench);
   return ret;

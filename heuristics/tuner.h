@@ -19,6 +19,7 @@ typedef struct hm_tune_request {
   hm_gemm_type type; /* MoE types route layer->top_k slots a token */
   int candidates;    /* timed per bucket beside the analytic choice and the default (0: 6) */
   int reps;          /* timed launches per candidate, median taken (0: 15) */
+  int chain;         /* launches back to back in a sample, as layers run in serving (0: 1, one cold launch) */
 } hm_tune_request;
 
 /* One bucket's outcome; the tuned config is never slower than the analytic one (it is one of the timed). */

@@ -251,27 +251,34 @@ static int compare_float(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-static hm_status time_reps(hm_tuner_bench *b, hm_kernel *k, const hm_gemm_config *cfg, const hm_gemm_args *args,
-                           int reps, float *ms, hm_event *t0, hm_event *t1) {
-  const int sms = b->engine->sm_count;
-  for (int i = 0; i < WARMUP_LAUNCHES; i++)
-    HM_CHECK(hm_gemm_launch(k, cfg, sms, &b->ops[i % b->copies], args, b->workspace.ptr, b->stream));
+/* Launch j of the run: warm-ups first, then reps x chain timed ones, each on the next weight copy. */
+static hm_status launch_nth(hm_tuner_bench *b, hm_kernel *k, const hm_gemm_config *cfg,
+                            const hm_gemm_args *args, int j) {
+  return hm_gemm_launch(k, cfg, b->engine->sm_count, &b->ops[j % b->copies], args, b->workspace.ptr,
+                        b->stream);
+}
+
+static hm_status time_reps(hm_tuner_bench *b, hm_kernel *k, const hm_gemm_config *cfg,
+                           const hm_gemm_args *args, int reps, int chain, float *ms, hm_event *t0,
+                           hm_event *t1) {
+  int j = 0;
+  for (; j < WARMUP_LAUNCHES; j++) HM_CHECK(launch_nth(b, k, cfg, args, j));
   for (int i = 0; i < reps; i++) {
     HM_CHECK(hm_event_record(t0, b->stream));
-    HM_CHECK(hm_gemm_launch(k, cfg, sms, &b->ops[(i + WARMUP_LAUNCHES) % b->copies], args, b->workspace.ptr,
-                            b->stream));
+    for (int c = 0; c < chain; c++, j++) HM_CHECK(launch_nth(b, k, cfg, args, j));
     HM_CHECK(hm_event_record(t1, b->stream));
     HM_CHECK(hm_event_elapsed_ms(t0, t1, &ms[i]));
+    ms[i] /= (float)chain;
   }
   return HM_OK;
 }
 
-hm_status hm_tuner_bench_time(hm_tuner_bench *b, hm_kernel *kernel, const hm_gemm_config *cfg, int64_t valid_m,
-                              int reps, double *median_us) {
+hm_status hm_tuner_bench_time(hm_tuner_bench *b, hm_kernel *kernel, const hm_gemm_config *cfg,
+                              int64_t valid_m, int reps, int chain, double *median_us) {
   HM_CHECK_NOT_NULL(b);
   HM_CHECK_NOT_NULL(kernel);
   HM_CHECK_NOT_NULL(median_us);
-  if (reps < 1) HM_FAIL(HM_INVALID_ARGUMENT, "reps %d", reps);
+  if (reps < 1 || chain < 1) HM_FAIL(HM_INVALID_ARGUMENT, "reps %d, chain %d", reps, chain);
   hm_gemm_args args;
   HM_CHECK(ensure_workspace(b, cfg));
   HM_CHECK(make_args(b, cfg, valid_m, &args));
@@ -281,7 +288,7 @@ hm_status hm_tuner_bench_time(hm_tuner_bench *b, hm_kernel *kernel, const hm_gem
   if (ms == NULL) HM_FAIL(HM_OUT_OF_MEMORY, "%d timings", reps);
   HM_CHECK_GOTO(hm_event_create(b->engine, &t0), done);
   HM_CHECK_GOTO(hm_event_create(b->engine, &t1), done);
-  HM_CHECK_GOTO(time_reps(b, kernel, cfg, &args, reps, ms, t0, t1), done);
+  HM_CHECK_GOTO(time_reps(b, kernel, cfg, &args, reps, chain, ms, t0, t1), done);
   qsort(ms, (size_t)reps, sizeof(*ms), compare_float);
   *median_us = 1e3 * ms[reps / 2];
 done:

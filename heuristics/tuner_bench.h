@@ -40,8 +40,10 @@ bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_
 hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
                                 size_t l2_bytes, hm_tuner_bench *out);
 void hm_tuner_bench_destroy(hm_tuner_bench *b);
-/* Median microseconds of reps launches of kernel (built from cfg) at valid_m, after a warm-up. */
-hm_status hm_tuner_bench_time(hm_tuner_bench *b, hm_kernel *kernel, const hm_gemm_config *cfg, int64_t valid_m,
-                              int reps, double *median_us);
+/* Median microseconds a launch of kernel (built from cfg) at valid_m, over reps samples after a
+ * warm-up; a sample is chain launches back to back, each on the next weight copy, divided by
+ * chain (1: one cold launch, its latency and tail included). */
+hm_status hm_tuner_bench_time(hm_tuner_bench *b, hm_kernel *kernel, const hm_gemm_config *cfg,
+                              int64_t valid_m, int reps, int chain, double *median_us);
 
 #endif

@@ -21,7 +21,7 @@ typedef struct tune_opts {
   char model[HM_OPT_STR_LEN];
   char quant[HM_OPT_STR_LEN];
   char layout[HM_OPT_STR_LEN];
-  int64_t tp, ep, candidates, reps;
+  int64_t tp, ep, candidates, reps, chain;
   bool plan, help;
 } tune_opts;
 
@@ -48,7 +48,7 @@ static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_devic
 
 static int tune_layer(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, const tune_opts *o,
                       const char *root) {
-  hm_tune_request req = {&l->config, type, (int)o->candidates, (int)o->reps};
+  hm_tune_request req = {&l->config, type, (int)o->candidates, (int)o->reps, (int)o->chain};
   hm_tune_result r;
   if (hm_tuner_run(e, &req, &r) != HM_OK || hm_tune_table_store(root, r.entries, r.count) != HM_OK) {
     fprintf(stderr, "humming-moe tune: %s: %s\n", l->role, hm_last_error());
@@ -78,7 +78,10 @@ static int parse(int argc, char **argv, tune_opts *o) {
       {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},
       {"--candidates", HM_OPT_INT, &o->candidates, 1, 14, "N", "cost-model candidates timed per bucket",
        NULL},
-      {"--reps", HM_OPT_INT, &o->reps, 1, 1000, "N", "timed launches per candidate (median)", NULL},
+      {"--reps", HM_OPT_INT, &o->reps, 1, 1000, "N", "timed samples per candidate (median)", NULL},
+      {"--chain", HM_OPT_INT, &o->chain, 1, 64, "R",
+       "launches back to back in a sample, each on other weights, as layers run in serving (default 1)",
+       NULL},
       {"--plan", HM_OPT_FLAG, &o->plan, 0, 0, NULL, "print the analytic choices, time nothing", NULL},
       {"--help", HM_OPT_FLAG, &o->help, 0, 0, NULL, "this text", NULL},
   };
@@ -134,7 +137,7 @@ static int run_layers(hm_engine *e, const hm_model_layer *layers, int count, con
 }
 
 int hm_cli_tune(int argc, char **argv) {
-  tune_opts o = {.model = "deepseek-v3", .quant = "w4a16", .layout = "all", .tp = 1, .ep = 1};
+  tune_opts o = {.model = "deepseek-v3", .quant = "w4a16", .layout = "all", .tp = 1, .ep = 1, .chain = 1};
   int rc = parse(argc, argv, &o);
   if (rc >= 0) return rc;
   hm_model_preset preset;
@@ -157,8 +160,10 @@ int hm_cli_tune(int argc, char **argv) {
     hm_engine_destroy(e);
     return 1;
   }
-  printf("# humming-moe tune  model=%s quant=%s tp=%lld ep=%lld  dev=%s  profile=%s%s%s\n", o.model, o.quant,
-         (long long)o.tp, (long long)o.ep, hm_engine_device_name(e), p.name, o.plan ? "" : "  table=", root);
+  printf(
+      "# humming-moe tune  model=%s quant=%s layout=%s tp=%lld ep=%lld chain=%lld  dev=%s  profile=%s%s%s\n",
+      o.model, o.quant, o.layout, (long long)o.tp, (long long)o.ep, (long long)o.chain,
+      hm_engine_device_name(e), p.name, o.plan ? "" : "  table=", root);
   if (o.plan)
     printf("# %-16s %-18s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us",
            "choice");

@@ -260,7 +260,21 @@ def _tensor(obj, name):
 # ---- Engine ----
 
 
-class Engine:
+class _Handle:
+    """A library handle in _handle, released by close(): on leaving a with block or when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self.close()
+
+
+class Engine(_Handle):
     """An engine on one device: backend "auto" (CUDA when there is a device), "host" or "cuda".
 
     A CUDA engine works in the device's primary context, the one torch uses. device None:
@@ -321,16 +335,6 @@ class Engine:
             _lib.hm_engine_destroy(self._handle)
             self._handle = _c_vp()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None):
-            self.close()
-
 # ---- MoE layer ----
 
 
@@ -379,7 +383,7 @@ def moe_config(spec=None, **overrides):
 _WEIGHT_KEYS = ("qweight", "scales", "zeros", "global_scale")
 
 
-class MoeLayer:
+class MoeLayer(_Handle):
     """A MoE layer on an engine (hm_moe_layer): create, load or quantize, transform, forward."""
 
     def __init__(self, engine, config=None, **overrides):
@@ -523,13 +527,3 @@ class MoeLayer:
         if self._handle:
             _lib.hm_moe_layer_destroy(self._handle)
             self._handle = _c_vp()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None):
-            self.close()

@@ -67,6 +67,19 @@ static int tune_layer(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, 
   return 0;
 }
 
+/* The grouped GEMM types a MoE layer runs (the auto layout: masked for decode, indexed,
+ * contiguous for prefill), by the names --layout takes. */
+static const struct {
+  const char *name;
+  hm_gemm_type type;
+} moe_layouts[] = {{"masked", HM_GEMM_GROUPED_MASKED},
+                   {"indexed", HM_GEMM_INDEXED},
+                   {"contiguous", HM_GEMM_GROUPED_CONTIGUOUS}};
+
+static bool layout_selects(const char *layout, size_t i) {
+  return strcmp(layout, "all") == 0 || strcmp(layout, moe_layouts[i].name) == 0;
+}
+
 static int parse(int argc, char **argv, tune_opts *o) {
   const hm_opt table[] = {
       {"--model", HM_OPT_STR, o->model, 0, 0, "NAME", "model preset", NULL},
@@ -91,8 +104,9 @@ static int parse(int argc, char **argv, tune_opts *o) {
     fprintf(stderr, "humming-moe tune: %s\n", err);
     return EXIT_USAGE;
   }
-  if (strcmp(o->layout, "all") != 0 && strcmp(o->layout, "masked") != 0 &&
-      strcmp(o->layout, "indexed") != 0 && strcmp(o->layout, "contiguous") != 0) {
+  bool known = false;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(moe_layouts); i++) known |= layout_selects(o->layout, i);
+  if (!known) {
     fprintf(stderr, "humming-moe tune: --layout %s: expected all, masked, indexed or contiguous\n",
             o->layout);
     return EXIT_USAGE;
@@ -105,22 +119,15 @@ static int parse(int argc, char **argv, tune_opts *o) {
   return -1;
 }
 
-/* The GEMM types of a layer: a MoE layer runs all three grouped ones (the auto layout:
- * masked for decode, indexed, contiguous for prefill), or the one --layout names. */
+/* The GEMM types of a layer: a dense layer's one, a MoE layer's that --layout selects. */
 static int layer_types(const hm_model_layer *l, const char *layout, hm_gemm_type types[3]) {
-  static const struct {
-    const char *name;
-    hm_gemm_type type;
-  } moe[] = {{"masked", HM_GEMM_GROUPED_MASKED},
-             {"indexed", HM_GEMM_INDEXED},
-             {"contiguous", HM_GEMM_GROUPED_CONTIGUOUS}};
   int n = 0;
   if (l->config.experts == 1) {
     types[n++] = HM_GEMM_DENSE;
     return n;
   }
-  for (size_t i = 0; i < HM_ARRAY_SIZE(moe); i++)
-    if (strcmp(layout, "all") == 0 || strcmp(layout, moe[i].name) == 0) types[n++] = moe[i].type;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(moe_layouts); i++)
+    if (layout_selects(layout, i)) types[n++] = moe_layouts[i].type;
   return n;
 }
 

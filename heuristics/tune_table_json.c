@@ -18,10 +18,10 @@ static json_t *tuning_to_json(const hm_gemm_tuning *t) {
 static json_t *entry_to_json(const hm_tune_entry *e) {
   json_t *tuning = tuning_to_json(&e->tuning);
   if (tuning == NULL) return NULL;
-  return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:f, s:f}", "device", e->id.device, "driver",
+  return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:f, s:f, s:i}", "device", e->id.device, "driver",
                    e->id.driver, "library", e->id.library, "layer", e->layer, "m_lo", (json_int_t)e->m_lo,
                    "m_hi", (json_int_t)e->m_hi, "tuning", tuning, "tuned_us", e->tuned_us, "heuristic_us",
-                   e->heuristic_us);
+                   e->heuristic_us, "chain", e->chain);
 }
 
 hm_status hm_tune_table_to_json(const hm_tune_table *t, char **text) {
@@ -68,21 +68,23 @@ static bool tuning_from_json(json_t *o, hm_gemm_tuning *t) {
   return true;
 }
 
+/* "chain" is optional: tables written before chained timing hold single launches. */
 static bool entry_from_json(json_t *o, hm_tune_entry *e) {
   memset(e, 0, sizeof(*e));
   json_int_t lo = 0, hi = 0;
   json_t *tuning = NULL;
+  e->chain = 1;
   if (!copy_str(o, "device", e->id.device, sizeof(e->id.device)) ||
       !copy_str(o, "driver", e->id.driver, sizeof(e->id.driver)) ||
       !copy_str(o, "library", e->id.library, sizeof(e->id.library)) ||
       !copy_str(o, "layer", e->layer, sizeof(e->layer)))
     return false;
-  if (json_unpack(o, "{s:I, s:I, s:o, s:F, s:F}", "m_lo", &lo, "m_hi", &hi, "tuning", &tuning, "tuned_us",
-                  &e->tuned_us, "heuristic_us", &e->heuristic_us) != 0)
+  if (json_unpack(o, "{s:I, s:I, s:o, s:F, s:F, s?i}", "m_lo", &lo, "m_hi", &hi, "tuning", &tuning,
+                  "tuned_us", &e->tuned_us, "heuristic_us", &e->heuristic_us, "chain", &e->chain) != 0)
     return false;
   e->m_lo = lo;
   e->m_hi = hi;
-  return lo >= 0 && hi > lo && tuning_from_json(tuning, &e->tuning);
+  return lo >= 0 && hi > lo && e->chain >= 1 && tuning_from_json(tuning, &e->tuning);
 }
 
 hm_status hm_tune_table_from_json(const char *text, hm_tune_table *out) {

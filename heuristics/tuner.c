@@ -140,6 +140,7 @@ static hm_status entry_of(const hm_tune_request *req, const hm_tune_identity *id
   out->tuning = b->tuned;
   out->tuned_us = b->tuned_us;
   out->heuristic_us = b->heuristic_us;
+  out->chain = req->chain > 0 ? req->chain : 1;
   return HM_OK;
 }
 

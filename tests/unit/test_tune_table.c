@@ -52,6 +52,7 @@ static hm_tune_entry entry(hm_tune_identity id, const char *layer, int64_t lo, i
                               .stream_k = true, .sk_min_iters = 4, .ctas_per_sm = 1};
   e.tuned_us = 10.5;
   e.heuristic_us = 12.25;
+  e.chain = 1;
   return e;
 }
 
@@ -64,6 +65,7 @@ static void round_trip(void **state) {
   in[1].tuning.sk_min_iters = 0;
   in[1].tuning.mma = HM_MMA_WGMMA;
   in[1].tuning.ws = true;
+  in[1].chain = 8;
   HM_ASSERT_OK(hm_tune_table_store(root, in, 2));
   hm_tune_table t;
   HM_ASSERT_OK(hm_tune_table_load(root, &t));
@@ -78,6 +80,7 @@ static void round_trip(void **state) {
     assert_true(hm_choose_tuning_equal(&e->tuning, &in[i].tuning));
     assert_true(e->m_hi == in[i].m_hi);
     assert_true(e->tuned_us == 10.5 && e->heuristic_us == 12.25);
+    assert_int_equal(e->chain, in[i].chain);
   }
   /* Storing the same key again replaces the entry rather than adding one. */
   in[0].tuning.bm = 32;
@@ -176,6 +179,23 @@ static void corrupt_file_is_reported_and_ignored(void **state) {
   hm_tune_table_free(&t);
 }
 
+/* Entries written before chained timing name no chain: they were single launches. */
+static void entries_without_chain_are_single_launches(void **state) {
+  (void)state;
+  write_file(
+      "{\"format\": \"humming-tuning 1\", \"entries\": [{\"device\": \"d\", \"driver\": \"v\", "
+      "\"library\": \"l\", \"layer\": \"dense\", \"m_lo\": 0, \"m_hi\": 16, \"tuned_us\": 1.5, "
+      "\"heuristic_us\": 2.0, \"tuning\": {\"bm\": 16, \"bn\": 256, \"bk\": 128, \"warps_m\": 1, "
+      "\"warps_n\": 4, \"warps_k\": 2, \"stages\": 4, \"stream_k\": true, \"sk_min_iters\": 4, "
+      "\"ctas_per_sm\": 1}}]}");
+  hm_tune_table t;
+  HM_ASSERT_OK(hm_tune_table_load(root, &t));
+  assert_false(t.corrupt);
+  assert_int_equal(t.count, 1);
+  assert_int_equal(t.entries[0].chain, 1);
+  hm_tune_table_free(&t);
+}
+
 static void missing_file_is_an_empty_table(void **state) {
   (void)state;
   char dir[300];
@@ -192,6 +212,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(other_keys_are_ignored, make_root, remove_root),
       cmocka_unit_test_setup_teardown(concurrent_writers_lose_nothing, make_root, remove_root),
       cmocka_unit_test_setup_teardown(corrupt_file_is_reported_and_ignored, make_root, remove_root),
+      cmocka_unit_test_setup_teardown(entries_without_chain_are_single_launches, make_root, remove_root),
       cmocka_unit_test_setup_teardown(missing_file_is_an_empty_table, make_root, remove_root),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -195,6 +195,20 @@ static hm_status open_g_idx(hm_ckpt *ck, const hm_src_request *req, hm_src_matri
   return hm_src_copy_g_idx(m, &t, m->groups);
 }
 
+/* The asymmetric schemes' zero points: rows x groups of dtype, read by zero. */
+static hm_status open_zero_point(hm_ckpt *ck, const hm_src_request *req, hm_st_dtype dtype, int64_t rows,
+                                 uint8_t (*zero)(const hm_src_matrix *, int64_t, int64_t), hm_src_matrix *m) {
+  char name[224];
+  hm_ckpt_tensor t;
+  snprintf(name, sizeof(name), "%s.weight_zero_point", req->module);
+  HM_CHECK(hm_ckpt_expect(ck, name, dtype, 2, (int64_t[]){rows, m->groups}, &t));
+  m->fmt.zero_point = true;
+  m->data[2] = t.st->data;
+  m->ld[2] = m->groups;
+  m->zero = zero;
+  return HM_OK;
+}
+
 static hm_status open_packed(hm_ckpt *ck, const hm_src_request *req, const struct ct_scheme *s,
                              hm_src_matrix *m) {
   int64_t pf = 32 / s->bits, n = req->n, k = req->k;
@@ -221,13 +235,7 @@ static hm_status open_packed(hm_ckpt *ck, const hm_src_request *req, const struc
   HM_CHECK(open_scale(ck, req, s, m));
   HM_CHECK(open_g_idx(ck, req, m));
   if (s->symmetric) return HM_OK;
-  snprintf(name, sizeof(name), "%s.weight_zero_point", req->module);
-  HM_CHECK(hm_ckpt_expect(ck, name, HM_ST_I32, 2, (int64_t[]){(n + pf - 1) / pf, m->groups}, &t));
-  m->fmt.zero_point = true;
-  m->data[2] = t.st->data;
-  m->ld[2] = m->groups;
-  m->zero = packed_zero;
-  return HM_OK;
+  return open_zero_point(ck, req, HM_ST_I32, (n + pf - 1) / pf, packed_zero, m);
 }
 
 static hm_status open_int8(hm_ckpt *ck, const hm_src_request *req, const struct ct_scheme *s,
@@ -248,13 +256,7 @@ static hm_status open_int8(hm_ckpt *ck, const hm_src_request *req, const struct 
   HM_CHECK(scale_groups(req, s, m));
   HM_CHECK(open_scale(ck, req, s, m));
   if (s->symmetric) return HM_OK;
-  snprintf(name, sizeof(name), "%s.weight_zero_point", req->module);
-  HM_CHECK(hm_ckpt_expect(ck, name, HM_ST_I8, 2, (int64_t[]){req->n, m->groups}, &t));
-  m->fmt.zero_point = true;
-  m->data[2] = t.st->data;
-  m->ld[2] = m->groups;
-  m->zero = int8_zero;
-  return HM_OK;
+  return open_zero_point(ck, req, HM_ST_I8, req->n, int8_zero, m);
 }
 
 static hm_status open_fp8(hm_ckpt *ck, const hm_src_request *req, const struct ct_scheme *s,

@@ -30,7 +30,7 @@ typedef struct hm_tune_entry {
   int64_t m_lo, m_hi; /* valid M in (m_lo, m_hi]; m_hi INT64_MAX: open */
   hm_gemm_tuning tuning;
   double tuned_us, heuristic_us; /* measured at hm_choose_bucket_m */
-  int chain;                     /* launches a timed sample: 1 one cold launch, R back to back */
+  int chain;                     /* launches a timed sample: 1 (or 0) one cold launch, R back to back */
 } hm_tune_entry;
 
 typedef struct hm_tune_table {

@@ -15,13 +15,14 @@ static json_t *tuning_to_json(const hm_gemm_tuning *t) {
                    t->ctas_per_sm, "mma", (int)t->mma, "ws", t->ws);
 }
 
+/* An entry whose chain is unset (0) was timed as single launches. */
 static json_t *entry_to_json(const hm_tune_entry *e) {
   json_t *tuning = tuning_to_json(&e->tuning);
   if (tuning == NULL) return NULL;
   return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:f, s:f, s:i}", "device", e->id.device, "driver",
                    e->id.driver, "library", e->id.library, "layer", e->layer, "m_lo", (json_int_t)e->m_lo,
                    "m_hi", (json_int_t)e->m_hi, "tuning", tuning, "tuned_us", e->tuned_us, "heuristic_us",
-                   e->heuristic_us, "chain", e->chain);
+                   e->heuristic_us, "chain", e->chain > 1 ? e->chain : 1);
 }
 
 hm_status hm_tune_table_to_json(const hm_tune_table *t, char **text) {

@@ -81,15 +81,19 @@ static void rows_of(const hm_layer_config *lc, hm_gemm_type type, int64_t valid_
   }
 }
 
-/* Bytes of A (16-bit at most) and C (16-bit). */
-static size_t act_bytes(const hm_layer_config *lc, int64_t a_rows, int64_t c_rows) {
-  return (size_t)(a_rows * lc->k + c_rows * lc->n) * 2;
+/* Bytes of rows of A (16-bit activations at most) and of C (16-bit output). */
+static size_t a_bytes(const hm_layer_config *lc, int64_t rows) {
+  return (size_t)(rows * lc->k) * 2;
+}
+
+static size_t c_bytes(const hm_layer_config *lc, int64_t rows) {
+  return (size_t)(rows * lc->n) * 2;
 }
 
 bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_t valid_m) {
   int64_t a_rows, c_rows;
   rows_of(layer, type, valid_m, valid_m + layer->experts * (TUNER_MAX_BLOCK_M - 1), &a_rows, &c_rows);
-  return act_bytes(layer, a_rows, c_rows) <= TUNER_MAX_ACT_BYTES;
+  return a_bytes(layer, a_rows) + c_bytes(layer, c_rows) <= TUNER_MAX_ACT_BYTES;
 }
 
 hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
@@ -207,7 +211,6 @@ static hm_status layout_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64
   const int bm = cfg->tuning.bm;
   HM_CHECK(ensure_routing(b, tokens, b->type == HM_GEMM_GROUPED_MASKED ? 1 : bm));
   args->m = tokens;
-  args->routed_rows = tokens * b->top_k;
   switch (b->type) {
     case HM_GEMM_INDEXED:
       args->sorted_ids = b->sorted_ids;
@@ -217,16 +220,17 @@ static hm_status layout_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64
       args->block_m = bm;
       args->top_k = b->top_k;
       args->a_rows_per_token = b->top_k;
-      args->routed_rows = 0;
       return HM_OK;
     case HM_GEMM_GROUPED_CONTIGUOUS:
       args->m = b->max_padded;
       args->expert_offsets = b->expert_offsets;
-      args->expert_counts = b->expert_counts;
       args->block_m = bm;
-      return HM_OK;
-    default: args->expert_counts = b->expert_counts; return HM_OK;
+      break;
+    default: break;
   }
+  args->expert_counts = b->expert_counts;
+  args->routed_rows = tokens * b->top_k;
+  return HM_OK;
 }
 
 static hm_status make_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t valid_m, hm_gemm_args *args) {
@@ -236,10 +240,10 @@ static hm_status make_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t
   if (b->type != HM_GEMM_DENSE) HM_CHECK(layout_args(b, cfg, (valid_m + b->top_k - 1) / b->top_k, args));
   int64_t a_rows, c_rows;
   rows_of(b->layer, b->type, valid_m, b->max_padded, &a_rows, &c_rows);
-  HM_CHECK(ensure_buffer(b->engine, &b->a, (size_t)(a_rows * b->layer->k) * 2, true));
+  HM_CHECK(ensure_buffer(b->engine, &b->a, a_bytes(b->layer, a_rows), true));
   HM_CHECK(ensure_buffer(b->engine, &b->a_scale,
                          (size_t)(a_rows * act_scales_per_row(b->layer)) * sizeof(float), true));
-  HM_CHECK(ensure_buffer(b->engine, &b->c, (size_t)(c_rows * b->layer->n) * 2, false));
+  HM_CHECK(ensure_buffer(b->engine, &b->c, c_bytes(b->layer, c_rows), false));
   args->a = b->a.ptr;
   args->a_scale = b->a_scale.ptr;
   args->c = b->c.ptr;

@@ -177,7 +177,7 @@ static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_
   }
   HM_CHECK(compile_all(work, out->count));
   hm_tuner_bench bench;
-  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, (size_t)p->l2_bytes, &bench));
+  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, req->shared, (size_t)p->l2_bytes, &bench));
   hm_status ret = HM_OK;
   for (int i = 0; i < out->count; i++)
     HM_CHECK_GOTO(time_bucket(e, &bench, req, &work[i], &out->buckets[i]), done);
@@ -192,6 +192,10 @@ hm_status hm_tuner_run(hm_engine *engine, const hm_tune_request *req, hm_tune_re
   HM_CHECK_NOT_NULL(req->layer);
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
+  if (req->shared < 0 ||
+      (req->shared > 0 && (req->type == HM_GEMM_DENSE || req->shared >= req->layer->top_k)))
+    HM_FAIL(HM_INVALID_ARGUMENT, "tune: %d shared experts in a %s launch of top_k %d", req->shared,
+            hm_gemm_type_name(req->type), req->layer->top_k);
   if (engine->kind != HM_BACKEND_CUDA) HM_FAIL(HM_UNSUPPORTED, "tuning needs a CUDA engine");
   hm_device_profile p;
   hm_tune_identity id;

@@ -6,7 +6,8 @@
  * entries. Kernels are launched directly (kernels/gemm_launch.h) on device buffers of
  * the transformed weights' size: timing does not depend on the weights' values, so no
  * layer is quantized or transformed. Every GEMM type is tuned: the MoE layouts on uniform
- * routing laid out as the MoE layer lays it out (heuristics/tuner_routing.h).
+ * routing laid out as the MoE layer lays it out, a fused shared expert taking every token
+ * (heuristics/tuner_routing.h).
  */
 #ifndef HM_TUNER_H
 #define HM_TUNER_H
@@ -20,6 +21,7 @@ typedef struct hm_tune_request {
   int candidates;    /* timed per bucket beside the analytic choice and the default (0: 6) */
   int reps;          /* timed launches per candidate, median taken (0: 15) */
   int chain;         /* launches back to back in a sample, as layers run in serving (0: 1, one cold launch) */
+  int shared; /* MoE types: the layer's last experts, which every token takes (a fused shared expert) */
 } hm_tune_request;
 
 /* One bucket's outcome; the tuned config is never slower than the analytic one (it is one of the timed). */

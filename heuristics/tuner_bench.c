@@ -97,7 +97,7 @@ bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_
 }
 
 hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
-                                size_t l2_bytes, hm_tuner_bench *out) {
+                                int shared, size_t l2_bytes, hm_tuner_bench *out) {
   HM_CHECK_NOT_NULL(engine);
   HM_CHECK_NOT_NULL(layer);
   HM_CHECK_NOT_NULL(out);
@@ -106,6 +106,7 @@ hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer,
   out->layer = layer;
   out->type = type;
   out->top_k = slots_per_token(layer, type);
+  out->shared = type == HM_GEMM_DENSE ? 0 : shared;
   hm_status ret = HM_OK;
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);
   HM_CHECK_GOTO(alloc_weights(out, l2_bytes), fail);
@@ -188,7 +189,7 @@ static hm_status ensure_routing(hm_tuner_bench *b, int64_t tokens, int block) {
   if (b->meta_block == block && b->meta_m == tokens) return HM_OK;
   free_meta(b);
   hm_tuner_routing r;
-  HM_CHECK(hm_tuner_routing_make(tokens, b->top_k, b->layer->experts, block, &r));
+  HM_CHECK(hm_tuner_routing_make(tokens, b->top_k, b->layer->experts, b->shared, block, &r));
   const hm_status st = upload_routing(b, &r);
   b->max_padded = r.starts[r.experts];
   hm_tuner_routing_free(&r);

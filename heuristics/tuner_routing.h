@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tuner's routing: tokens x top_k slots spread uniformly over the experts (each token's
- * slots on distinct experts), with each expert's rows padded to a block, as the MoE
+ * slots on distinct experts; a fused shared expert takes every token, as in the MoE layer),
+ * with each expert's rows padded to a block, as the MoE
  * layouts hold them: counts for the masked and contiguous GEMMs, padded segment starts for
  * the contiguous one, sorted slot ids and the expert of each block for the indexed one.
  * Host arrays only; the tuner's bench uploads what a layout reads.
@@ -15,6 +16,7 @@
 
 typedef struct hm_tuner_routing {
   int64_t experts, slots; /* slots: tokens x top_k, the rows routed */
+  int top_k, shared;      /* shared: the last experts, which every token takes */
   int block;
   int32_t *counts; /* [experts]: rows of each expert */
   int32_t *starts; /* [experts + 1]: first padded row of each expert's segment; starts[experts] padded rows */
@@ -23,8 +25,10 @@ typedef struct hm_tuner_routing {
   int32_t max_count;      /* the busiest expert's rows */
 } hm_tuner_routing;
 
-/* Routes tokens x top_k slots over experts; segments padded to block rows. */
-hm_status hm_tuner_routing_make(int64_t tokens, int top_k, int64_t experts, int block, hm_tuner_routing *out);
+/* Routes tokens x top_k slots over experts, each token's last `shared` slots to the last
+ * `shared` experts (0 <= shared < top_k); segments padded to block rows. */
+hm_status hm_tuner_routing_make(int64_t tokens, int top_k, int64_t experts, int shared, int block,
+                                hm_tuner_routing *out);
 void hm_tuner_routing_free(hm_tuner_routing *r);
 
 #endif

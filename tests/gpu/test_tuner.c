@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tuner on a GPU: one small MoE layer is tuned in each layout (indexed, contiguous,
- * masked, the last as chains of launches back to back), its entries land in the table under this device's
+ * masked, the last as chains of launches back to back with its last expert a fused shared
+ * one that every token takes), its entries land in the table under this device's
  * key, every tuned time is at most the analytic choice's, and the layer's plan on this engine (auto and tuned
  * sources) then answers with the tuned configs.
  */
@@ -17,14 +18,14 @@
 
 static hm_engine *engine;
 
-static void tune_one_small_layer(hm_gemm_type type, int chain) {
+static void tune_one_small_layer(hm_gemm_type type, int chain, int shared) {
   hm_layer_config lc = HM_LAYER_CONFIG_INIT;
   HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &lc.scheme));
   lc.n = 1024;
   lc.k = 2048;
   lc.experts = 8;
   lc.top_k = 2;
-  const hm_tune_request req = {&lc, type, 3, 9, chain};
+  const hm_tune_request req = {&lc, type, 3, 9, chain, shared};
   hm_tune_result r;
   HM_ASSERT_OK(hm_tuner_run(engine, &req, &r));
   assert_true(r.count > 0);
@@ -58,25 +59,26 @@ static void tune_one_small_layer(hm_gemm_type type, int chain) {
 
 static void tune_indexed(void **state) {
   (void)state;
-  tune_one_small_layer(HM_GEMM_INDEXED, 1);
+  tune_one_small_layer(HM_GEMM_INDEXED, 1, 0);
 }
 
 static void tune_contiguous(void **state) {
   (void)state;
-  tune_one_small_layer(HM_GEMM_GROUPED_CONTIGUOUS, 1);
+  tune_one_small_layer(HM_GEMM_GROUPED_CONTIGUOUS, 1, 0);
 }
 
-/* Decode launches run back to back in serving: timed as chains of four. */
-static void tune_masked_chained(void **state) {
+/* Decode launches run back to back in serving: timed as chains of four; a token's second
+ * row goes to the shared expert 7. */
+static void tune_masked_chained_shared(void **state) {
   (void)state;
-  tune_one_small_layer(HM_GEMM_GROUPED_MASKED, 4);
+  tune_one_small_layer(HM_GEMM_GROUPED_MASKED, 4, 1);
 }
 
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
   const struct CMUnitTest tests[] = {cmocka_unit_test(tune_indexed), cmocka_unit_test(tune_contiguous),
-                                     cmocka_unit_test(tune_masked_chained)};
+                                     cmocka_unit_test(tune_masked_chained_shared)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);
   hm_shutdown();

@@ -482,7 +482,7 @@ static void same_gemm(const hm_layer_config *made, const hm_layer_config *listed
 
 /* What precompile compiles and the tuner times (hm_model_layers) is what a single-rank MoE
  * layer of the preset makes: shared experts one expert wide run as one more routed expert,
- * a row more a token, with no dense pair; else the dense pair. */
+ * a row more a token and the routed GEMMs' last expert, with no dense pair; else the dense pair. */
 static void model_layers_are_the_layers_gemms(void **state) {
   (void)state;
   hm_engine *eng = hm_test_host_engine();
@@ -500,6 +500,8 @@ static void model_layers_are_the_layers_gemms(void **state) {
     HM_ASSERT_OK(hm_model_layers(&p, &c.scheme, 1, 1, layers, &count));
     same_gemm(&l->gate_up->cfg, &layers[0].config);
     same_gemm(&l->down->cfg, &layers[1].config);
+    assert_int_equal(layers[0].shared, l->shared_fused);
+    assert_int_equal(layers[1].shared, l->shared_fused);
     const bool dense_pair = count > 2 && strcmp(layers[2].role, "shared.gate_up") == 0;
     assert_int_equal(dense_pair, l->shared_gate_up != NULL);
     if (dense_pair) {

@@ -57,6 +57,16 @@ double hm_rel_error(const float *out, const float *ref, size_t n) {
   return sqrt(num / den);
 }
 
+hm_layer_config hm_test_layer_config(const char *quant, int64_t n, int64_t k, int64_t experts, int top_k) {
+  hm_layer_config c = HM_LAYER_CONFIG_INIT;
+  HM_ASSERT_OK(hm_quant_scheme_parse(quant, &c.scheme));
+  c.n = n;
+  c.k = k;
+  c.experts = experts;
+  c.top_k = top_k;
+  return c;
+}
+
 hm_engine *hm_test_host_engine(void) {
   hm_engine_config cfg = HM_ENGINE_CONFIG_INIT;
   cfg.backend = HM_BACKEND_HOST;

@@ -49,6 +49,10 @@ double hm_rel_error(const float *out, const float *ref, size_t n);
 float hm_test_median_ms(hm_engine *engine, hm_stream *stream, int warmup, int reps,
                         void (*fn)(void *ctx, int call), void *ctx);
 
+/* A layer config of n outputs and k inputs over experts, top_k rows a token, quantized as
+ * `quant` names it (hm_quant_scheme_parse; fails the test if it does not parse). */
+hm_layer_config hm_test_layer_config(const char *quant, int64_t n, int64_t k, int64_t experts, int top_k);
+
 /* An engine on the host backend (fails the test if it cannot be made). */
 hm_engine *hm_test_host_engine(void);
 /*

@@ -19,12 +19,7 @@
 static hm_engine *engine;
 
 static void tune_one_small_layer(hm_gemm_type type, int chain, int shared) {
-  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &lc.scheme));
-  lc.n = 1024;
-  lc.k = 2048;
-  lc.experts = 8;
-  lc.top_k = 2;
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 1024, 2048, 8, 2);
   const hm_tune_request req = {&lc, type, 3, 9, chain, shared};
   hm_tune_result r;
   HM_ASSERT_OK(hm_tuner_run(engine, &req, &r));

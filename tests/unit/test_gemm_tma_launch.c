@@ -77,11 +77,7 @@ static int setup(void **state) {
 
 /* DeepSeek-V3's gate_up experts (N 4096, K 7168, 8 of them; one for dense) in scheme. */
 static hm_gemm_config large_m_config(const char *scheme, hm_gemm_type type) {
-  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse(scheme, &lc.scheme));
-  lc.n = 4096;
-  lc.k = 7168;
-  lc.experts = type == HM_GEMM_DENSE ? 1 : 8;
+  const hm_layer_config lc = hm_test_layer_config(scheme, 4096, 7168, type == HM_GEMM_DENSE ? 1 : 8, 0);
   hm_gemm_config base, cfg;
   HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, type, 90, &base));
   HM_ASSERT_OK(hm_gemm_select(&base, 4096 * lc.experts, &cfg));

@@ -104,22 +104,13 @@ static void every_preset_quant_profile_is_legal(void **state) {
   assert_true(plans > 100);
 }
 
-static hm_layer_config layer(const char *quant, int64_t n, int64_t k, int64_t experts) {
-  hm_layer_config c = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse(quant, &c.scheme));
-  c.n = n;
-  c.k = k;
-  c.experts = experts;
-  return c;
-}
-
 /*
  * Decode on a layer of few column tiles (28 tiles of 256 columns): whole tiles would
  * leave most SMs idle, so the choice must stream the weights at the full bandwidth.
  */
 static void decode_keeps_every_sm_streaming(void **state) {
   (void)state;
-  const hm_layer_config lc = layer("w4a16", 7168, 2048, 1);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 7168, 2048, 1, 0);
   for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
     hm_device_profile p;
     HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &p));
@@ -142,7 +133,7 @@ static void decode_keeps_every_sm_streaming(void **state) {
 /* MoE block_m follows the rows an expert sees (valid M / E), not the valid M itself. */
 static void moe_block_m_follows_rows_per_expert(void **state) {
   (void)state;
-  const hm_layer_config lc = layer("w4a16", 4096, 7168, 256);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 4096, 7168, 256, 0);
   hm_device_profile p;
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
   hm_gemm_config few, many;
@@ -207,7 +198,7 @@ static void h20_and_h200_part_where_the_model_says(void **state) {
 
 static void bad_ranges_are_refused(void **state) {
   (void)state;
-  const hm_layer_config lc = layer("w4a16", 4096, 4096, 1);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 4096, 4096, 1, 0);
   hm_device_profile p;
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
   hm_gemm_config cfg;
@@ -222,7 +213,7 @@ static void w8a8_moves_to_wgmma_with_rows_per_expert(void **state) {
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
   const char *const w8a8[] = {"w8a8-fp8", "w8a8-int8"};
   for (size_t q = 0; q < HM_ARRAY_SIZE(w8a8); q++) {
-    const hm_layer_config lc = layer(w8a8[q], 4096, 7168, 256);
+    const hm_layer_config lc = hm_test_layer_config(w8a8[q], 4096, 7168, 256, 0);
     hm_gemm_plan plan;
     HM_ASSERT_OK(hm_choose_plan(&lc, HM_GEMM_GROUPED_CONTIGUOUS, &p, &plan));
     const hm_gemm_tuning *decode = &plan.cfg[hm_gemm_plan_pick(&plan, 256)].tuning;
@@ -249,7 +240,7 @@ static void w8a8_decode_takes_the_swapped_tile(void **state) {
     HM_ASSERT_OK(hm_device_profile_builtin(decode_profiles[pi], &p));
     for (size_t q = 0; q < HM_ARRAY_SIZE(w8a8); q++)
       for (size_t s = 0; s < HM_ARRAY_SIZE(shapes); s++) {
-        const hm_layer_config lc = layer(w8a8[q], shapes[s][0], shapes[s][1], 256);
+        const hm_layer_config lc = hm_test_layer_config(w8a8[q], shapes[s][0], shapes[s][1], 256, 0);
         hm_gemm_plan plan;
         HM_ASSERT_OK(hm_choose_plan(&lc, HM_GEMM_GROUPED_MASKED, &p, &plan));
         for (int64_t rows = 1; rows <= 4; rows *= 4)
@@ -274,7 +265,7 @@ static void grouped_rows_come_from_the_routed_count(void **state) {
 
   hm_device_profile p;
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
-  const hm_layer_config lc = layer("w4a16", 4096, 7168, 256);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 4096, 7168, 256, 0);
   hm_gemm_config base, cfg;
   double us[2];
   const hm_gemm_type types[] = {HM_GEMM_GROUPED_MASKED, HM_GEMM_INDEXED};
@@ -291,7 +282,7 @@ static void grouped_rows_come_from_the_routed_count(void **state) {
 /* DeepSeek-V3's routed experts (top 8 of 256) on one rank, W4A16 g128, a token bringing
  * top_k rows to a launch as in the MoE layer. */
 static hm_layer_config deepseek_experts(int64_t n, int64_t k) {
-  hm_layer_config c = layer("w4a16", n, k, 256);
+  hm_layer_config c = hm_test_layer_config("w4a16", n, k, 256, 0);
   c.top_k = 8;
   return c;
 }
@@ -304,7 +295,8 @@ static hm_layer_config deepseek_experts(int64_t n, int64_t k) {
  */
 static void decode_tokens_get_buckets_of_their_own(void **state) {
   (void)state;
-  const hm_layer_config moe = deepseek_experts(4096, 7168), dense = layer("w4a16", 8192, 8192, 1);
+  const hm_layer_config moe = deepseek_experts(4096, 7168),
+                        dense = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
   const int64_t moe_ends[] = {8, 32, 128, 256, 1024, 4096, 16384, 32768, 131072};
   const int64_t dense_ends[] = {1, 4, 8, 16, 32, 64, 128, 512, 2048};
   assert_int_equal(hm_choose_bucket_count(), (int)HM_ARRAY_SIZE(moe_ends) + 1);
@@ -318,7 +310,7 @@ static void decode_tokens_get_buckets_of_their_own(void **state) {
     hm_choose_bucket(&dense, HM_GEMM_DENSE, b, &lo, &hi);
     assert_int_equal(hi, open ? INT64_MAX : dense_ends[b]);
   }
-  const hm_layer_config two = layer("w4a16", 4096, 7168, 2);
+  const hm_layer_config two = hm_test_layer_config("w4a16", 4096, 7168, 2, 0);
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
     hm_choose_bucket(&two, HM_GEMM_GROUPED_MASKED, b, &lo, &hi);
@@ -358,7 +350,7 @@ static const measured_shape decode_shapes[] = {
 };
 
 static double predicted_us(const measured_shape *s, const hm_gemm_tuning *t, const hm_device_profile *p) {
-  const hm_layer_config lc = layer("w4a16", s->n, s->k, s->experts);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", s->n, s->k, s->experts, 0);
   hm_gemm_config cfg;
   HM_ASSERT_OK(
       hm_gemm_config_from_layer(&lc, s->experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED, p->arch, &cfg));

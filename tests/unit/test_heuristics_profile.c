@@ -73,20 +73,11 @@ static void device_names_pick_their_own_profile(void **state) {
   }
 }
 
-static hm_layer_config w4a16_layer(int64_t n, int64_t k, int64_t experts) {
-  hm_layer_config c = HM_LAYER_CONFIG_INIT;
-  c.n = n;
-  c.k = k;
-  c.experts = experts;
-  hm_quant_scheme_parse("w4a16", &c.scheme);
-  return c;
-}
-
 static void roofline_dense_w4a16_counts_bytes_and_flops(void **state) {
   (void)state;
   hm_device_profile p;
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
-  hm_layer_config c = w4a16_layer(8192, 8192, 1);
+  hm_layer_config c = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
   hm_roofline r;
   HM_ASSERT_OK(hm_roofline_estimate(&c, 1, 1, &p, &r));
   /* 4-bit weights: N*K/2 bytes, bf16 scales per 128 and u4 zero points per group. */
@@ -103,7 +94,7 @@ static void roofline_moe_counts_only_active_experts(void **state) {
   (void)state;
   hm_device_profile p;
   HM_ASSERT_OK(hm_device_profile_builtin("h200", &p));
-  hm_layer_config c = w4a16_layer(4096, 7168, 256);
+  hm_layer_config c = hm_test_layer_config("w4a16", 4096, 7168, 256, 0);
   hm_roofline one, many;
   HM_ASSERT_OK(hm_roofline_estimate(&c, 8, 8, &p, &one));     /* one token, top-8 */
   HM_ASSERT_OK(hm_roofline_estimate(&c, 8192 * 8, 8, &p, &many));

@@ -14,15 +14,6 @@
 #include "quant.h"
 #include "ref_gemm.h"
 
-static hm_layer_config w4a16_config(int64_t n, int64_t k, int64_t experts) {
-  hm_layer_config c = HM_LAYER_CONFIG_INIT;
-  c.n = n;
-  c.k = k;
-  c.experts = experts;
-  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &c.scheme));
-  return c;
-}
-
 static void *xalloc(size_t bytes) {
   void *p = calloc(bytes ? bytes : 1, 1);
   assert_non_null(p);
@@ -35,7 +26,7 @@ static void dense_forward_matches_naive_product(void **state) {
   hm_rng_seed(&rng, hm_test_seed("dense_forward_matches_naive_product"));
   const int64_t m = 5, n = 96, k = 256;
   hm_engine *e = hm_test_host_engine();
-  hm_layer_config cfg = w4a16_config(n, k, 1);
+  hm_layer_config cfg = hm_test_layer_config("w4a16", n, k, 1, 0);
   cfg.bias = true;
   hm_layer *l = NULL;
   HM_ASSERT_OK(hm_layer_create(e, &cfg, &l));
@@ -83,7 +74,7 @@ static void indexed_forward_matches_reference(void **state) {
   hm_rng_seed(&rng, hm_test_seed("indexed_forward_matches_reference"));
   const int64_t tokens = 3, top_k = 2, experts = 4, n = 64, k = 128;
   hm_engine *e = hm_test_host_engine();
-  hm_layer_config cfg = w4a16_config(n, k, experts);
+  hm_layer_config cfg = hm_test_layer_config("w4a16", n, k, experts, 0);
   hm_layer *l = NULL;
   HM_ASSERT_OK(hm_layer_create(e, &cfg, &l));
   hm_host_weights hw;
@@ -134,7 +125,7 @@ static void indexed_forward_matches_reference(void **state) {
 static void lifecycle_errors(void **state) {
   (void)state;
   hm_engine *e = hm_test_host_engine();
-  hm_layer_config cfg = w4a16_config(64, 128, 1);
+  hm_layer_config cfg = hm_test_layer_config("w4a16", 64, 128, 1, 0);
   hm_layer *l = NULL;
   HM_ASSERT_OK(hm_layer_create(e, &cfg, &l));
   assert_int_equal(hm_layer_transform(l, NULL), HM_NOT_READY);
@@ -157,7 +148,7 @@ static void bad_configs_are_refused(void **state) {
   (void)state;
   hm_engine *e = hm_test_host_engine();
   hm_layer *l = (hm_layer *)0x1;
-  hm_layer_config good = w4a16_config(64, 256, 1);
+  hm_layer_config good = hm_test_layer_config("w4a16", 64, 256, 1, 0);
   assert_int_equal(hm_layer_create(e, NULL, &l), HM_INVALID_ARGUMENT);
   assert_null(l);
   hm_layer_config c = good;

@@ -75,15 +75,6 @@ static int teardown(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-static hm_layer_config layer_config(int64_t experts) {
-  hm_layer_config c = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &c.scheme));
-  c.n = 256;
-  c.k = 512;
-  c.experts = experts;
-  return c;
-}
-
 static hm_gemm_type type_of(const hm_layer_config *lc) {
   return lc->experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED;
 }
@@ -183,7 +174,7 @@ static hm_gemm_config config_at(hm_layer *l, int64_t valid_m, hm_plan_source *so
 }
 
 static void tuned_table_drives_the_layer(int64_t experts) {
-  const hm_layer_config lc = layer_config(experts);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 256, 512, experts, 0);
   int arch = 0;
   hm_gemm_config base;
   HM_ASSERT_OK(hm_heuristics_arch(engine, &arch));
@@ -235,7 +226,7 @@ static void tuned_table_drives_the_layer(int64_t experts) {
  * expert) is still read; the entry no bucket asks for is reported, the heuristic serves. */
 static void entries_of_replaced_buckets_are_reported(void **state) {
   (void)state;
-  const hm_layer_config lc = layer_config(8);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 256, 512, 8, 0);
   const hm_gemm_config base = base_of(&lc);
   const hm_gemm_tuning t = distinctive(&lc, &base);
   store_entry(&base, &t, 0, lc.experts);
@@ -264,7 +255,7 @@ static void dense_layer_picks_the_tuned_entry(void **state) {
 /* Whatever the source, forward's kernel for an indexed M divides the block_m the MoE layer pads to. */
 static void block_m_agrees_with_the_kernel_picked(void **state) {
   (void)state;
-  const hm_layer_config lc = layer_config(8);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 256, 512, 8, 0);
   const char *sources[] = {"auto", "heuristic", "default"};
   for (size_t s = 0; s < HM_ARRAY_SIZE(sources); s++) {
     log_capture log;
@@ -322,7 +313,7 @@ static void named_profile_plans_like_the_heuristics(void **state) {
 
 static void bad_plan_source_is_refused(void **state) {
   (void)state;
-  const hm_layer_config lc = layer_config(8);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 256, 512, 8, 0);
   set_env("HUMMING_GEMM_PLAN", "fastest");
   hm_layer *l = NULL;
   assert_int_equal(hm_layer_create(engine, &lc, &l), HM_INVALID_ARGUMENT);
@@ -363,7 +354,7 @@ static void tuning_names_round_trip(void **state) {
  * tuning the layer cannot run fails its transform naming it; "pinned" alone names none. */
 static void pinned_tuning_serves_every_m(void **state) {
   (void)state;
-  const hm_layer_config lc = layer_config(8);
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 256, 512, 8, 0);
   const hm_gemm_config base = base_of(&lc);
   const hm_gemm_tuning t = distinctive(&lc, &base);
   char name[96];

@@ -113,12 +113,7 @@ static void refuses_impossible_routing(void **state) {
  * are timed in every bucket below its largest valid M. */
 static void masked_buckets_stop_where_their_rows_outgrow_the_bench(void **state) {
   (void)state;
-  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &lc.scheme));
-  lc.n = 4096;
-  lc.k = 7168;
-  lc.experts = 257;
-  lc.top_k = 9;
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 4096, 7168, 257, 9);
   int timed[4] = {0};
   const hm_gemm_type types[4] = {HM_GEMM_DENSE, HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS,
                                  HM_GEMM_GROUPED_MASKED};
@@ -141,10 +136,7 @@ static void masked_buckets_stop_where_their_rows_outgrow_the_bench(void **state)
  * M (65536 rows, 5.8 GB of activations and output) is timed. */
 static void dense_buckets_are_timed_up_to_the_largest_valid_m(void **state) {
   (void)state;
-  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse("w8a8-fp8", &lc.scheme));
-  lc.n = 36864;
-  lc.k = 7168;
+  const hm_layer_config lc = hm_test_layer_config("w8a8-fp8", 36864, 7168, 1, 0);
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
     hm_choose_bucket(&lc, HM_GEMM_DENSE, b, &lo, &hi);
@@ -157,12 +149,7 @@ static void dense_buckets_are_timed_up_to_the_largest_valid_m(void **state) {
 static void tune_requests_with_impossible_shared_experts_are_refused(void **state) {
   (void)state;
   hm_engine *eng = hm_test_host_engine();
-  hm_layer_config lc = HM_LAYER_CONFIG_INIT;
-  HM_ASSERT_OK(hm_quant_scheme_parse("w4a16", &lc.scheme));
-  lc.n = 1024;
-  lc.k = 2048;
-  lc.experts = 8;
-  lc.top_k = 2;
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 1024, 2048, 8, 2);
   hm_tune_result *r = malloc(sizeof(*r));
   assert_non_null(r);
   const hm_tune_request bad[] = {{&lc, HM_GEMM_GROUPED_MASKED, 0, 0, 0, 2},

@@ -15,19 +15,24 @@
 #include "log.h"
 
 /* Upper ends of a dense layer's buckets, in rows; the last bucket is open. 8 rows is the
- * decode tile's height. */
-static const int64_t dense_rows[] = {1, 4, 8, 16, 32, 64, 128, 512, 2048};
+ * decode tile's height; from 128 to 2048 rows they double, as the MoE ones below. */
+static const int64_t dense_rows[] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
 /*
  * A MoE layer's, in rows per expert as 64ths. At decode an expert sees a fraction of a
  * row (DeepSeek-V3, top 8 of 256: 1/32 a token), and 1-4 tokens (<= 1/8) want other
  * kernels than 16 (1/2): two CTAs an SM, data-parallel or Stream-K one (docs/PERF.md
  * eighth session). One token (1/32) has its own: DeepSeek-V3's gate_up ran it 1.07x
  * faster on Stream-K one CTA an SM than on the two that four tokens want (1.09x the
- * other way; eleventh session). 32 rows an expert gave way: either side chose the same
- * tile (DeepSeek-V3 and Qwen3 on the H200). Past 512 rows an expert (dense: 512 rows) W8A8's
- * warp-specialized tile takes 256 tokens (HM_GEMM_W8A8_TALL_ROWS).
+ * other way; eleventh session). Between 4 and 64 rows an expert the best tile by the cost
+ * model changes twice in a 4x range: 8-row tiles at 4 rows, 16-row or taller ones at 16
+ * (W4A16 DeepSeek-V3 gate_up at 128 tokens 1.34x slower on the tile judged over 4-16 rows,
+ * down at 362 tokens 1.24x; W4A8 1.6x at 16-22 rows on the tile judged over 16-64), so
+ * buckets end at 8 and 32 rows as well: by the model alone (not yet measured), MoE launches
+ * of 65-2048 tokens of DeepSeek-V3 and Qwen3 take 4 % less predicted time on the H200 (W4A8
+ * 8.5 %, W4A16 2.8 %, W8A8 1.8 %), 5.6 % on the H20. Past 512 rows an expert (dense: 512 rows)
+ * W8A8's warp-specialized tile takes 256 tokens (HM_GEMM_W8A8_TALL_ROWS).
  */
-static const int64_t moe_rows_x64[] = {2, 8, 32, 64, 256, 1024, 4096, 8192, 32768};
+static const int64_t moe_rows_x64[] = {2, 8, 32, 64, 256, 512, 1024, 2048, 4096, 8192, 32768};
 #define BUCKETS ((int)HM_ARRAY_SIZE(dense_rows) + 1)
 #define SAMPLES 3
 

@@ -9,7 +9,7 @@
 
 #include "kernels/gemm_config.h"
 
-#define HM_GEMM_PLAN_MAX 10
+#define HM_GEMM_PLAN_MAX 12
 
 /* Kernel i serves valid M in (m_hi of kernel i-1, m_hi]; the last has m_hi = INT64_MAX. */
 typedef struct hm_gemm_plan {

@@ -297,8 +297,8 @@ static void decode_tokens_get_buckets_of_their_own(void **state) {
   (void)state;
   const hm_layer_config moe = deepseek_experts(4096, 7168),
                         dense = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
-  const int64_t moe_ends[] = {8, 32, 128, 256, 1024, 4096, 16384, 32768, 131072};
-  const int64_t dense_ends[] = {1, 4, 8, 16, 32, 64, 128, 512, 2048};
+  const int64_t moe_ends[] = {8, 32, 128, 256, 1024, 2048, 4096, 8192, 16384, 32768, 131072};
+  const int64_t dense_ends[] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
   assert_int_equal(hm_choose_bucket_count(), (int)HM_ARRAY_SIZE(moe_ends) + 1);
   assert_true(hm_choose_bucket_count() <= HM_GEMM_PLAN_MAX);
   for (int b = 0; b < hm_choose_bucket_count(); b++) {

@@ -17,3 +17,11 @@ add_test(NAME test_cli_precompile COMMAND humming-moe precompile --model tiny --
 set_tests_properties(test_cli_precompile PROPERTIES LABELS unit TIMEOUT 300
                      ENVIRONMENT "HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache"
                      PASS_REGULAR_EXPRESSION "precompile: 0 of [0-9]+ kernels spill registers")
+# --gaps walks the token counts and prices each layer's table against the cost model's
+# best kernel; without --plan it is refused.
+add_test(NAME test_cli_tune_gaps COMMAND humming-moe tune --model qwen3-30b-a3b --quant w4a8-mxfp4 --plan --gaps)
+set_tests_properties(test_cli_tune_gaps PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT "HUMMING_DEVICE_PROFILE=h200"
+                     PASS_REGULAR_EXPRESSION "# experts.down +indexed +27 token counts: table / best 1\\.[0-9]+"
+                     FAIL_REGULAR_EXPRESSION "unsupported|rror")
+add_test(NAME test_cli_tune_gaps_needs_plan COMMAND humming-moe tune --model tiny --gaps)
+set_tests_properties(test_cli_tune_gaps_needs_plan PROPERTIES LABELS unit TIMEOUT 60 WILL_FAIL TRUE)

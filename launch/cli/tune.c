@@ -3,12 +3,14 @@
  * humming-moe tune: times the GEMM candidates of a model's layers per M bucket on this
  * node's GPU and stores the winners in the tuning table next to the kernel cache. With
  * --plan it prints the analytic choices and their predicted times instead (no GPU
- * needed; HUMMING_DEVICE_PROFILE picks the GPU to plan for).
+ * needed; HUMMING_DEVICE_PROFILE picks the GPU to plan for), and with --plan --gaps where
+ * those tables lose to the cost model's best kernel over M (cli/tune_gaps.h).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
+#include "cli/tune_gaps.h"
 #include "common/options.h"
 #include "engine.h"
 #include "heuristics/tuner.h"
@@ -22,7 +24,7 @@ typedef struct tune_opts {
   char quant[HM_OPT_STR_LEN];
   char layout[HM_OPT_STR_LEN];
   int64_t tp, ep, candidates, reps, chain;
-  bool plan, help;
+  bool plan, gaps, help;
 } tune_opts;
 
 static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
@@ -96,6 +98,8 @@ static int parse(int argc, char **argv, tune_opts *o) {
        "launches back to back in a sample, each on other weights, as layers run in serving (default 1)",
        NULL},
       {"--plan", HM_OPT_FLAG, &o->plan, 0, 0, NULL, "print the analytic choices, time nothing", NULL},
+      {"--gaps", HM_OPT_FLAG, &o->gaps, 0, 0, NULL,
+       "with --plan: where the tables lose to the cost model's best kernel, over token counts", NULL},
       {"--help", HM_OPT_FLAG, &o->help, 0, 0, NULL, "this text", NULL},
   };
   const int n = (int)(sizeof(table) / sizeof(table[0]));
@@ -109,6 +113,10 @@ static int parse(int argc, char **argv, tune_opts *o) {
   if (!known) {
     fprintf(stderr, "humming-moe tune: --layout %s: expected all, masked, indexed or contiguous\n",
             o->layout);
+    return EXIT_USAGE;
+  }
+  if (o->gaps && !o->plan) {
+    fprintf(stderr, "humming-moe tune: --gaps prints the cost model's view and goes with --plan\n");
     return EXIT_USAGE;
   }
   if (o->help) {
@@ -137,8 +145,16 @@ static int run_layers(hm_engine *e, const hm_model_layer *layers, int count, con
   for (int i = 0; i < count && rc == 0; i++) {
     hm_gemm_type types[3];
     const int n = layer_types(&layers[i], o->layout, types);
-    for (int t = 0; t < n && rc == 0; t++)
+    for (int t = 0; t < n && rc == 0; t++) {
+      if (o->gaps) {
+        if (hm_cli_tune_gaps(&layers[i], types[t], p) != HM_OK) {
+          fprintf(stderr, "humming-moe tune: %s: %s\n", layers[i].role, hm_last_error());
+          rc = 1;
+        }
+        continue;
+      }
       rc = o->plan ? plan_layer(&layers[i], types[t], p) : tune_layer(e, &layers[i], types[t], o, root);
+    }
   }
   return rc;
 }
@@ -171,7 +187,9 @@ int hm_cli_tune(int argc, char **argv) {
       "# humming-moe tune  model=%s quant=%s layout=%s tp=%lld ep=%lld chain=%lld  dev=%s  profile=%s%s%s\n",
       o.model, o.quant, o.layout, (long long)o.tp, (long long)o.ep, (long long)o.chain,
       hm_engine_device_name(e), p.name, o.plan ? "" : "  table=", root);
-  if (o.plan)
+  if (o.gaps)
+    hm_cli_tune_gaps_header();
+  else if (o.plan)
     printf("# %-16s %-18s %9s %11s %11s  %s\n", "layer", "type", "valid_M", "roofline_us", "predict_us",
            "choice");
   else

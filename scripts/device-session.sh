@@ -10,8 +10,9 @@
 # Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
 # (dense and MoE GEMMs against torch's cuBLAS), chain (decode GEMMs back to back, PDL on
 # and off), layers (the MoE layer in three layouts; LAYER_QUANT, LAYER_M), plan (tuner and
-# the default/heuristic/tuned columns of the PLAN_LAYOUTS kernels; TUNE_ARGS="--layout L"
-# tunes one layout), system (comm, e2e, the embedding example), ncu
+# the default/heuristic/tuned columns of the PLAN_LAYOUTS kernels in PLAN_QUANT;
+# TUNE_ARGS="--layout L --chain 8" tunes one layout back to back, PLAN_ARGS="--chain 8" times
+# the columns so), system (comm, e2e, the embedding example), ncu
 # (Nsight Compute sections of the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch:
 # fp8 _scaled_mm, else bf16), fp8shapes (the fp8 shapes issue #8 sets targets on;
 # FP8_PLAN=all compares the plans), w4a8 (W4A8 next to W8A8 on masked decode), sass (SASS
@@ -158,12 +159,14 @@ fi
 
 if has plan; then
   # shellcheck disable=SC2086
-  [ -n "${TUNE-1}" ] && step tune "${TUNE_LIMIT:-480}" "$BUILD/humming-moe" tune --model deepseek-v3 --quant w4a16 \
-    ${TUNE_ARGS:-}
+  [ -n "${TUNE-1}" ] && step tune "${TUNE_LIMIT:-480}" "$BUILD/humming-moe" tune --model deepseek-v3 \
+    --quant "${PLAN_QUANT:-w4a16}" ${TUNE_ARGS:-}
   for layout in ${PLAN_LAYOUTS:-indexed}; do
     for g in ${PLAN_GEMMS:-gate_up down}; do
-      step "plan-$layout-$g" 150 "$bench" kernel --model deepseek-v3 --quant w4a16 --layout "$layout" --gemm "$g" \
-        --plan all --baseline none --m "${PLAN_M:-1:4096:x2}" --json "$LOGS/plan-$layout-$g.json"
+      # shellcheck disable=SC2086
+      step "plan-$layout-$g" 150 "$bench" kernel --model deepseek-v3 --quant "${PLAN_QUANT:-w4a16}" --layout "$layout" \
+        --gemm "$g" --plan all --baseline none --m "${PLAN_M:-1:4096:x2}" ${PLAN_ARGS:-} \
+        --json "$LOGS/plan-$layout-$g.json"
     done
   done
 fi

@@ -21,7 +21,7 @@ typedef struct hm_tune_request {
   int candidates;    /* timed per bucket beside the analytic choice and the default (0: 6) */
   int reps;          /* timed launches per candidate, median taken (0: 15) */
   int chain;         /* launches back to back in a sample, as layers run in serving (0: 1, one cold launch) */
-  int shared; /* MoE types: the layer's last experts, which every token takes (a fused shared expert) */
+  int shared;        /* MoE types: the last experts, which every token takes (fused shared experts) */
 } hm_tune_request;
 
 /* One bucket's outcome; the tuned config is never slower than the analytic one (it is one of the timed). */

@@ -5,8 +5,10 @@
  * run. What reaches a launch must be what the MoE layer passes (moe/layer_forward.c): the
  * activation, output and tensor-map extents inside the bench's buffers, masked counts of
  * at most max_m rows with a fused shared expert holding every token, contiguous segments
- * padded to the kernel's block, indexed slot ids each routed once. So the GPU half of the
- * tuner (test_tuner) meets no argument it has not passed here.
+ * padded to the kernel's block, indexed slot ids each routed once, activation scales for
+ * every row of 8-bit activations. W4A16 in three layouts, fp8 with 1x128 scales and MXFP4 in
+ * the grouped ones. So the GPU half of the tuner (test_tuner) meets no argument it has not
+ * passed here.
  */
 #include <malloc.h>
 #include <stdarg.h>
@@ -21,7 +23,7 @@
 #include "hm_test.h"
 #include "kernels/gemm_launch.h"
 
-#define ACT_BYTES 2 /* w4a16: bf16 activations and output */
+#define OUT_BYTES 2 /* bf16 output */
 
 static struct {
   hm_layer_config lc;
@@ -106,10 +108,17 @@ static CUresult check_launch(const CUlaunchConfig *cfg, CUfunction f, void **arg
   run.launches++;
   int64_t a_rows, c_rows;
   rows_of(p, &a_rows, &c_rows);
-  if (!holds(p->a, (size_t)(a_rows * run.lc.k) * ACT_BYTES) ||
-      !holds(p->c, (size_t)(c_rows * run.lc.n) * ACT_BYTES))
+  const size_t act_bytes = (size_t)hm_dtype_bits(run.lc.scheme.act) / 8;
+  if (!holds(p->a, (size_t)(a_rows * run.lc.k) * act_bytes) ||
+      !holds(p->c, (size_t)(c_rows * run.lc.n) * OUT_BYTES))
     fail_launch("%s: %lld A rows or %lld C rows outgrow the buffers", hm_gemm_type_name(run.type),
                 (long long)a_rows, (long long)c_rows);
+  const int64_t scales = run.lc.scheme.act_scale == HM_ACT_SCALE_GROUP128 ? (run.lc.k + 127) / 128
+                         : run.lc.scheme.act_scale == HM_ACT_SCALE_TOKEN  ? 1
+                                                                          : 0;
+  if (scales > 0 && !holds(p->a_scale, (size_t)(a_rows * scales) * sizeof(float)))
+    fail_launch("%s: %lld A rows of %lld activation scales outgrow the buffer", hm_gemm_type_name(run.type),
+                (long long)a_rows, (long long)scales);
   if (run.type == HM_GEMM_GROUPED_MASKED) check_masked(p, p->expert_counts);
   if (run.type == HM_GEMM_GROUPED_CONTIGUOUS) check_contiguous(p, p->expert_offsets, p->expert_counts);
   if (run.type == HM_GEMM_INDEXED) check_indexed(p);
@@ -155,17 +164,17 @@ static int teardown(void **state) {
 }
 
 /* Tunes a small layer of 8 experts, 2 rows a token, in one layout; every launch checked. */
-static void tune_checked(hm_gemm_type type, int chain, int shared) {
+static void tune_checked(const char *quant, hm_gemm_type type, int chain, int shared) {
   memset(&run, 0, sizeof(run));
-  run.lc = hm_test_layer_config("w4a16", 512, 1024, 8, 2);
+  run.lc = hm_test_layer_config(quant, 512, 1024, 8, 2);
   run.type = type;
   run.shared = shared;
   const hm_tune_request req = {&run.lc, type, 1, 1, chain, shared};
   hm_tune_result *r = malloc(sizeof(*r));
   assert_non_null(r);
   HM_ASSERT_OK(hm_tuner_run(&engine, &req, r));
-  printf("# %s: %d buckets, %d launches, %d tensor maps\n", hm_gemm_type_name(type), r->count, run.launches,
-         run.encodes);
+  printf("# %s %s: %d buckets, %d launches, %d tensor maps\n", quant, hm_gemm_type_name(type), r->count,
+         run.launches, run.encodes);
   if (run.failures > 0)
     fail_msg("%d checks failed over the launches; first: %s", run.failures, run.first_failure);
   int timed = 0;
@@ -185,17 +194,30 @@ static void tune_checked(hm_gemm_type type, int chain, int shared) {
 
 static void masked_launches_with_a_shared_expert(void **state) {
   (void)state;
-  tune_checked(HM_GEMM_GROUPED_MASKED, 2, 1);
+  tune_checked("w4a16", HM_GEMM_GROUPED_MASKED, 2, 1);
 }
 
 static void contiguous_launches(void **state) {
   (void)state;
-  tune_checked(HM_GEMM_GROUPED_CONTIGUOUS, 1, 1);
+  tune_checked("w4a16", HM_GEMM_GROUPED_CONTIGUOUS, 1, 1);
 }
 
 static void indexed_launches(void **state) {
   (void)state;
-  tune_checked(HM_GEMM_INDEXED, 1, 0);
+  tune_checked("w4a16", HM_GEMM_INDEXED, 1, 0);
+}
+
+/* fp8 with 1x128 activation scales (their buffer too) on the warp-specialized TMA tiles. */
+static void fp8_block_scaled_grouped_launches(void **state) {
+  (void)state;
+  tune_checked("w8a8-fp8", HM_GEMM_GROUPED_MASKED, 2, 1);
+  tune_checked("w8a8-fp8", HM_GEMM_GROUPED_CONTIGUOUS, 1, 1);
+}
+
+/* MXFP4 weights, fp8 activations with a scale a token. */
+static void w4a8_masked_launches(void **state) {
+  (void)state;
+  tune_checked("w4a8-mxfp4", HM_GEMM_GROUPED_MASKED, 2, 1);
 }
 
 int main(void) {
@@ -203,6 +225,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(masked_launches_with_a_shared_expert, setup, teardown),
       cmocka_unit_test_setup_teardown(contiguous_launches, setup, teardown),
       cmocka_unit_test_setup_teardown(indexed_launches, setup, teardown),
+      cmocka_unit_test_setup_teardown(fp8_block_scaled_grouped_launches, setup, teardown),
+      cmocka_unit_test_setup_teardown(w4a8_masked_launches, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

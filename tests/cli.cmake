@@ -25,3 +25,11 @@ set_tests_properties(test_cli_tune_gaps PROPERTIES LABELS unit TIMEOUT 120 ENVIR
                      FAIL_REGULAR_EXPRESSION "unsupported|rror")
 add_test(NAME test_cli_tune_gaps_needs_plan COMMAND humming-moe tune --model tiny --gaps)
 set_tests_properties(test_cli_tune_gaps_needs_plan PROPERTIES LABELS unit TIMEOUT 60 WILL_FAIL TRUE)
+# --layer narrows the run to one of the model's layers; a name the model lacks is refused
+# with the ones it has.
+add_test(NAME test_cli_tune_layer COMMAND humming-moe tune --model deepseek-v3 --quant w4a16 --plan --layer experts.down)
+set_tests_properties(test_cli_tune_layer PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "experts.down +grouped_masked"
+                     FAIL_REGULAR_EXPRESSION "experts.gate_up +|dense.down +|unsupported")
+add_test(NAME test_cli_tune_layer_unknown COMMAND humming-moe tune --model deepseek-v3 --plan --layer shared.down)
+set_tests_properties(test_cli_tune_layer_unknown PROPERTIES LABELS unit TIMEOUT 60 WILL_FAIL TRUE)

@@ -23,6 +23,7 @@ typedef struct tune_opts {
   char model[HM_OPT_STR_LEN];
   char quant[HM_OPT_STR_LEN];
   char layout[HM_OPT_STR_LEN];
+  char layer[HM_OPT_STR_LEN];
   int64_t tp, ep, candidates, reps, chain;
   bool plan, gaps, help;
 } tune_opts;
@@ -89,6 +90,8 @@ static int parse(int argc, char **argv, tune_opts *o) {
        "quantization scheme (w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-int8, bf16)", NULL},
       {"--layout", HM_OPT_STR, o->layout, 0, 0, "L",
        "MoE layouts to tune or plan: all (default), masked, indexed or contiguous", NULL},
+      {"--layer", HM_OPT_STR, o->layer, 0, 0, "ROLE",
+       "only this layer of the model (experts.gate_up, experts.down, shared.*, dense.*); default all", NULL},
       {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks (shapes of one rank)", NULL},
       {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},
       {"--candidates", HM_OPT_INT, &o->candidates, 1, 14, "N", "cost-model candidates timed per bucket",
@@ -139,24 +142,36 @@ static int layer_types(const hm_model_layer *l, const char *layout, hm_gemm_type
   return n;
 }
 
+/* One GEMM type of one layer, as the options ask: the gaps, the plan, or a tuning run. */
+static int run_type(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, const tune_opts *o,
+                    const hm_device_profile *p, const char *root) {
+  if (!o->gaps) return o->plan ? plan_layer(l, type, p) : tune_layer(e, l, type, o, root);
+  if (hm_cli_tune_gaps(l, type, p) == HM_OK) return 0;
+  fprintf(stderr, "humming-moe tune: %s: %s\n", l->role, hm_last_error());
+  return 1;
+}
+
 static int run_layers(hm_engine *e, const hm_model_layer *layers, int count, const tune_opts *o,
                       const hm_device_profile *p, const char *root) {
   int rc = 0;
   for (int i = 0; i < count && rc == 0; i++) {
+    if (o->layer[0] != '\0' && strcmp(o->layer, layers[i].role) != 0) continue;
     hm_gemm_type types[3];
     const int n = layer_types(&layers[i], o->layout, types);
-    for (int t = 0; t < n && rc == 0; t++) {
-      if (o->gaps) {
-        if (hm_cli_tune_gaps(&layers[i], types[t], p) != HM_OK) {
-          fprintf(stderr, "humming-moe tune: %s: %s\n", layers[i].role, hm_last_error());
-          rc = 1;
-        }
-        continue;
-      }
-      rc = o->plan ? plan_layer(&layers[i], types[t], p) : tune_layer(e, &layers[i], types[t], o, root);
-    }
+    for (int t = 0; t < n && rc == 0; t++) rc = run_type(e, &layers[i], types[t], o, p, root);
   }
   return rc;
+}
+
+/* Whether --layer names one of the model's layers (or is not given); says which it has if not. */
+static bool layer_known(const hm_model_layer *layers, int count, const tune_opts *o) {
+  if (o->layer[0] == '\0') return true;
+  for (int i = 0; i < count; i++)
+    if (strcmp(o->layer, layers[i].role) == 0) return true;
+  fprintf(stderr, "humming-moe tune: --layer %s: %s has no such layer; it has", o->layer, o->model);
+  for (int i = 0; i < count; i++) fprintf(stderr, " %s", layers[i].role);
+  fprintf(stderr, "\n");
+  return false;
 }
 
 int hm_cli_tune(int argc, char **argv) {
@@ -172,6 +187,7 @@ int hm_cli_tune(int argc, char **argv) {
     fprintf(stderr, "humming-moe tune: %s\n", hm_last_error());
     return EXIT_USAGE;
   }
+  if (!layer_known(layers, count, &o)) return EXIT_USAGE;
   hm_engine_config ec = HM_ENGINE_CONFIG_INIT;
   ec.backend = o.plan ? HM_BACKEND_HOST : HM_BACKEND_CUDA;
   hm_engine *e = NULL;

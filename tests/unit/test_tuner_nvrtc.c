@@ -81,6 +81,10 @@ static void check_indexed(const hm_gemm_kernel_params *p) {
     return;
   }
   char *seen = calloc((size_t)slots + 1, 1);
+  if (seen == NULL) {
+    fail_launch("indexed: no memory to check %d slots", slots);
+    return;
+  }
   for (int32_t i = 0; i < padded; i++) {
     const int32_t id = p->sorted_ids[i];
     if (id < 0 || id > slots || (id < slots && seen[id]++))

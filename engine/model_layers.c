@@ -14,7 +14,7 @@ static void add(hm_model_layer *out, int *count, const hm_quant_scheme *scheme, 
   c.out = HM_BF16; /* as moe/layer.c makes them */
   c.bias = bias;
   c.top_k = top_k;
-  out[*count] = (hm_model_layer){c, role, shared};
+  out[*count] = (hm_model_layer){c, role, shared, false};
   (*count)++;
 }
 
@@ -34,6 +34,7 @@ hm_status hm_model_layers(const hm_model_preset *p, const hm_quant_scheme *schem
       routed.top_k, routed.shared_fused);
   add(out, count, scheme, "experts.down", p->hidden, inter, routed.experts, p->expert_bias, routed.top_k,
       routed.shared_fused);
+  out[*count - 1].a_per_slot = true; /* it reads the activation step's output, a row per slot */
   if (p->shared_experts > 0 && !routed.shared_fused) {
     const int64_t width = p->shared_experts * p->moe_intermediate / tp;
     add(out, count, scheme, "shared.gate_up", 2 * width, p->hidden, 1, false, 0, 0);

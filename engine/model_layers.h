@@ -17,6 +17,7 @@ typedef struct hm_model_layer {
   hm_layer_config config;
   const char *role; /* "experts.gate_up", "shared.down", ... */
   int shared;       /* the last experts, which every token takes: a shared expert run as a routed one */
+  bool a_per_slot;  /* its activations hold a row per routed slot (the experts' down), not per token */
 } hm_model_layer;
 
 /* The layers of preset p quantized as scheme on one of tp x ep ranks. */

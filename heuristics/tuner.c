@@ -177,7 +177,7 @@ static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_
   }
   HM_CHECK(compile_all(work, out->count));
   hm_tuner_bench bench;
-  HM_CHECK(hm_tuner_bench_create(e, req->layer, req->type, req->shared, (size_t)p->l2_bytes, &bench));
+  HM_CHECK(hm_tuner_bench_create(e, req, (size_t)p->l2_bytes, &bench));
   hm_status ret = HM_OK;
   for (int i = 0; i < out->count; i++)
     HM_CHECK_GOTO(time_bucket(e, &bench, req, &work[i], &out->buckets[i]), done);

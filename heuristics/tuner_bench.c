@@ -68,13 +68,14 @@ static int slots_per_token(const hm_layer_config *lc, hm_gemm_type type) {
   return type != HM_GEMM_DENSE && lc->top_k > 1 ? lc->top_k : 1;
 }
 
-/* Rows of A and C a launch at valid_m reads and writes; padded: the contiguous layout's rows. */
+/* Rows of A and C a launch at valid_m reads and writes; padded: the contiguous layout's rows;
+ * a_rows_per_token: an indexed launch's (1 where A holds a row per slot). */
 static void rows_of(const hm_layer_config *lc, hm_gemm_type type, int64_t valid_m, int64_t padded,
-                    int64_t *a_rows, int64_t *c_rows) {
+                    int a_rows_per_token, int64_t *a_rows, int64_t *c_rows) {
   const int top_k = slots_per_token(lc, type);
   const int64_t tokens = (valid_m + top_k - 1) / top_k;
   switch (type) {
-    case HM_GEMM_INDEXED: *a_rows = tokens, *c_rows = tokens * top_k; return;
+    case HM_GEMM_INDEXED: *a_rows = tokens * top_k / a_rows_per_token, *c_rows = tokens * top_k; return;
     case HM_GEMM_GROUPED_CONTIGUOUS: *a_rows = *c_rows = padded; return;
     case HM_GEMM_GROUPED_MASKED: *a_rows = *c_rows = lc->experts * tokens; return;
     default: *a_rows = *c_rows = valid_m; return;
@@ -92,21 +93,24 @@ static size_t c_bytes(const hm_layer_config *lc, int64_t rows) {
 
 bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_t valid_m) {
   int64_t a_rows, c_rows;
-  rows_of(layer, type, valid_m, valid_m + layer->experts * (TUNER_MAX_BLOCK_M - 1), &a_rows, &c_rows);
+  /* Indexed launches at their largest: a row of A per slot. */
+  rows_of(layer, type, valid_m, valid_m + layer->experts * (TUNER_MAX_BLOCK_M - 1), 1, &a_rows, &c_rows);
   return a_bytes(layer, a_rows) + c_bytes(layer, c_rows) <= TUNER_MAX_ACT_BYTES;
 }
 
-hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
-                                int shared, size_t l2_bytes, hm_tuner_bench *out) {
+hm_status hm_tuner_bench_create(hm_engine *engine, const hm_tune_request *req, size_t l2_bytes,
+                                hm_tuner_bench *out) {
   HM_CHECK_NOT_NULL(engine);
-  HM_CHECK_NOT_NULL(layer);
+  HM_CHECK_NOT_NULL(req);
+  HM_CHECK_NOT_NULL(req->layer);
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
   out->engine = engine;
-  out->layer = layer;
-  out->type = type;
-  out->top_k = slots_per_token(layer, type);
-  out->shared = type == HM_GEMM_DENSE ? 0 : shared;
+  out->layer = req->layer;
+  out->type = req->type;
+  out->top_k = slots_per_token(req->layer, req->type);
+  out->shared = req->type == HM_GEMM_DENSE ? 0 : req->shared;
+  out->a_rows_per_token = req->a_per_slot ? 1 : out->top_k;
   hm_status ret = HM_OK;
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);
   HM_CHECK_GOTO(alloc_weights(out, l2_bytes), fail);
@@ -220,7 +224,7 @@ static hm_status layout_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64
       args->max_padded = b->max_padded;
       args->block_m = bm;
       args->top_k = b->top_k;
-      args->a_rows_per_token = b->top_k;
+      args->a_rows_per_token = b->a_rows_per_token;
       return HM_OK;
     case HM_GEMM_GROUPED_CONTIGUOUS:
       args->m = b->max_padded;
@@ -240,7 +244,7 @@ static hm_status make_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t
   args->m = valid_m;
   if (b->type != HM_GEMM_DENSE) HM_CHECK(layout_args(b, cfg, (valid_m + b->top_k - 1) / b->top_k, args));
   int64_t a_rows, c_rows;
-  rows_of(b->layer, b->type, valid_m, b->max_padded, &a_rows, &c_rows);
+  rows_of(b->layer, b->type, valid_m, b->max_padded, b->a_rows_per_token, &a_rows, &c_rows);
   HM_CHECK(ensure_buffer(b->engine, &b->a, a_bytes(b->layer, a_rows), true));
   HM_CHECK(ensure_buffer(b->engine, &b->a_scale,
                          (size_t)(a_rows * act_scales_per_row(b->layer)) * sizeof(float), true));

@@ -8,6 +8,7 @@
 #ifndef HM_TUNER_BENCH_H
 #define HM_TUNER_BENCH_H
 
+#include "heuristics/tuner.h"
 #include "kernels/gemm_launch.h"
 
 #define HM_TUNER_MAX_COPIES 64
@@ -23,8 +24,9 @@ typedef struct hm_tuner_bench {
   hm_stream *stream;
   const hm_layer_config *layer;
   hm_gemm_type type;
-  int top_k;  /* slots a token: the layer's for the MoE layouts, 1 for dense */
-  int shared; /* the layer's last experts that every token takes (a fused shared expert) */
+  int top_k;            /* slots a token: the layer's for the MoE layouts, 1 for dense */
+  int shared;           /* the layer's last experts that every token takes (a fused shared expert) */
+  int a_rows_per_token; /* indexed: top_k where A holds token rows, 1 where it holds slot rows */
   int copies;
   hm_gemm_operands ops[HM_TUNER_MAX_COPIES];
   hm_tuner_buffer a, a_scale, c, workspace;
@@ -37,10 +39,10 @@ typedef struct hm_tuner_bench {
 /* Whether a launch of type at valid M fits the bench: masked launches hold max_m rows an
  * expert, which grows past any memory long before the other layouts do. */
 bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_t valid_m);
-/* The bench of one layer and GEMM type, whose last `shared` experts every token takes;
- * l2_bytes sets how many weight copies keep L2 cold. */
-hm_status hm_tuner_bench_create(hm_engine *engine, const hm_layer_config *layer, hm_gemm_type type,
-                                int shared, size_t l2_bytes, hm_tuner_bench *out);
+/* The bench of req's layer and GEMM type, routed as req says; l2_bytes sets how many weight
+ * copies keep L2 cold. */
+hm_status hm_tuner_bench_create(hm_engine *engine, const hm_tune_request *req, size_t l2_bytes,
+                                hm_tuner_bench *out);
 void hm_tuner_bench_destroy(hm_tuner_bench *b);
 /* Median microseconds a launch of kernel (built from cfg) at valid_m, over reps samples after a
  * warm-up; a sample is chain launches back to back, each on the next weight copy, divided by

@@ -51,7 +51,13 @@ static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_devic
 
 static int tune_layer(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, const tune_opts *o,
                       const char *root) {
-  hm_tune_request req = {&l->config, type, (int)o->candidates, (int)o->reps, (int)o->chain, l->shared};
+  const hm_tune_request req = {.layer = &l->config,
+                               .type = type,
+                               .candidates = (int)o->candidates,
+                               .reps = (int)o->reps,
+                               .chain = (int)o->chain,
+                               .shared = l->shared,
+                               .a_per_slot = l->a_per_slot};
   hm_tune_result r;
   if (hm_tuner_run(e, &req, &r) != HM_OK || hm_tune_table_store(root, r.entries, r.count) != HM_OK) {
     fprintf(stderr, "humming-moe tune: %s: %s\n", l->role, hm_last_error());

@@ -502,6 +502,8 @@ static void model_layers_are_the_layers_gemms(void **state) {
     same_gemm(&l->down->cfg, &layers[1].config);
     assert_int_equal(layers[0].shared, l->shared_fused);
     assert_int_equal(layers[1].shared, l->shared_fused);
+    assert_false(layers[0].a_per_slot); /* gate_up gathers token rows, down reads a row per slot */
+    assert_true(layers[1].a_per_slot);
     const bool dense_pair = count > 2 && strcmp(layers[2].role, "shared.gate_up") == 0;
     assert_int_equal(dense_pair, l->shared_gate_up != NULL);
     if (dense_pair) {

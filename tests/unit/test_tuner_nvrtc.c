@@ -101,7 +101,9 @@ static void check_indexed(const hm_gemm_kernel_params *p) {
 static void rows_of(const hm_gemm_kernel_params *p, int64_t *a_rows, int64_t *c_rows) {
   switch (run.type) {
     case HM_GEMM_GROUPED_MASKED: *a_rows = *c_rows = (int64_t)p->m * run.lc.experts; return;
-    case HM_GEMM_INDEXED: *a_rows = p->m, *c_rows = (int64_t)p->m * p->top_k; return;
+    case HM_GEMM_INDEXED:
+      *a_rows = (int64_t)p->m * p->top_k / p->a_rows_per_token, *c_rows = (int64_t)p->m * p->top_k;
+      return;
     default: *a_rows = *c_rows = p->m; return;
   }
 }
@@ -168,12 +170,12 @@ static int teardown(void **state) {
 }
 
 /* Tunes a small layer of 8 experts, 2 rows a token, in one layout; every launch checked. */
-static void tune_checked(const char *quant, hm_gemm_type type, int chain, int shared) {
+static void tune_checked(const char *quant, hm_gemm_type type, int chain, int shared, bool a_per_slot) {
   memset(&run, 0, sizeof(run));
   run.lc = hm_test_layer_config(quant, 512, 1024, 8, 2);
   run.type = type;
   run.shared = shared;
-  const hm_tune_request req = {&run.lc, type, 1, 1, chain, shared};
+  const hm_tune_request req = {&run.lc, type, 1, 1, chain, shared, a_per_slot};
   hm_tune_result *r = malloc(sizeof(*r));
   assert_non_null(r);
   HM_ASSERT_OK(hm_tuner_run(&engine, &req, r));
@@ -198,30 +200,32 @@ static void tune_checked(const char *quant, hm_gemm_type type, int chain, int sh
 
 static void masked_launches_with_a_shared_expert(void **state) {
   (void)state;
-  tune_checked("w4a16", HM_GEMM_GROUPED_MASKED, 2, 1);
+  tune_checked("w4a16", HM_GEMM_GROUPED_MASKED, 2, 1, false);
 }
 
 static void contiguous_launches(void **state) {
   (void)state;
-  tune_checked("w4a16", HM_GEMM_GROUPED_CONTIGUOUS, 1, 1);
+  tune_checked("w4a16", HM_GEMM_GROUPED_CONTIGUOUS, 1, 1, false);
 }
 
+/* gate_up gathers a token's row for each of its slots; down reads a row per slot. */
 static void indexed_launches(void **state) {
   (void)state;
-  tune_checked("w4a16", HM_GEMM_INDEXED, 1, 0);
+  tune_checked("w4a16", HM_GEMM_INDEXED, 1, 0, false);
+  tune_checked("w4a16", HM_GEMM_INDEXED, 1, 0, true);
 }
 
 /* fp8 with 1x128 activation scales (their buffer too) on the warp-specialized TMA tiles. */
 static void fp8_block_scaled_grouped_launches(void **state) {
   (void)state;
-  tune_checked("w8a8-fp8", HM_GEMM_GROUPED_MASKED, 2, 1);
-  tune_checked("w8a8-fp8", HM_GEMM_GROUPED_CONTIGUOUS, 1, 1);
+  tune_checked("w8a8-fp8", HM_GEMM_GROUPED_MASKED, 2, 1, false);
+  tune_checked("w8a8-fp8", HM_GEMM_GROUPED_CONTIGUOUS, 1, 1, false);
 }
 
 /* MXFP4 weights, fp8 activations with a scale a token. */
 static void w4a8_masked_launches(void **state) {
   (void)state;
-  tune_checked("w4a8-mxfp4", HM_GEMM_GROUPED_MASKED, 2, 1);
+  tune_checked("w4a8-mxfp4", HM_GEMM_GROUPED_MASKED, 2, 1, false);
 }
 
 int main(void) {

@@ -91,12 +91,14 @@ static hm_status base_config(const hm_layer_config *lc, hm_gemm_type type, const
   return hm_gemm_config_from_layer(lc, type, p->arch, out);
 }
 
+int hm_choose_token_rows(const hm_layer_config *lc, hm_gemm_type type) {
+  return type != HM_GEMM_DENSE && lc->top_k > 1 ? lc->top_k : 1;
+}
+
 hm_status hm_choose_score(const hm_layer_config *lc, const hm_gemm_config *cfg, const hm_device_profile *p,
                           int64_t m_lo, int64_t m_hi, double *score, double *predicted_us) {
-  /* A dense layer's row is a token. */
-  const bool routed = cfg->compute.type != HM_GEMM_DENSE && lc->experts > 1;
   int64_t ms[SAMPLES];
-  sample_points(m_lo, m_hi, routed && lc->top_k > 1 ? lc->top_k : 1, ms);
+  sample_points(m_lo, m_hi, hm_choose_token_rows(lc, cfg->compute.type), ms);
   *score = 0;
   for (int s = 0; s < SAMPLES; s++) {
     hm_choose_cost c;

@@ -44,8 +44,14 @@ bool hm_choose_tuning_equal(const hm_gemm_tuning *a, const hm_gemm_tuning *b);
 
 /* The rows an M bucket is timed and judged at, for (m_lo, m_hi]: its upper end, 4*m_lo for the open one. */
 int64_t hm_choose_bucket_m(int64_t m_lo, int64_t m_hi);
-/* Buckets of valid M for a layer and GEMM type, the last open: a dense layer's end at 1, 4, 16, ... 512 rows;
- * a MoE layer's at 1/8, 1/2, 1, 4, 16, 64 and 128 rows per expert, at least a row apart. */
+/* The tallest tile (bm) of the candidates, mma.sync and wgmma alike. */
+#define HM_CHOOSE_MAX_BM 256
+
+/* Rows one token brings to a launch of type: the layer's top_k for the MoE types (a dense
+ * layer's row is a token; so is an expert-parallel shard's, top_k 0 or 1). */
+int hm_choose_token_rows(const hm_layer_config *lc, hm_gemm_type type);
+/* Buckets of valid M for a layer and GEMM type, the last open: a dense layer's end at 1 to 2048
+ * rows, a MoE layer's at 1/32 to 512 rows per expert, at least a row apart (choose.c lists them). */
 int hm_choose_bucket_count(void);
 void hm_choose_bucket(const hm_layer_config *lc, hm_gemm_type type, int index, int64_t *m_lo, int64_t *m_hi);
 

@@ -36,7 +36,7 @@
  */
 #define MAX_WIDE_COLUMNS 128
 
-static const int bms[] = {8, 16, 32, 64, 128, 256};
+static const int bms[] = {8, 16, 32, 64, 128, HM_CHOOSE_MAX_BM};
 static const int bns[] = {64, 128, 256};
 static const int bks[] = {64, 128, 256};
 static const int warp_counts[] = {1, 2, 4};
@@ -44,7 +44,7 @@ static const int stage_counts[] = {2, 3, 4, 6, 8};
 static const int ctas_per_sm[] = {1, 2, 3, 4};
 static const int sk_min_iters = 4;
 /* The wgmma kernel's (sm_90): tokens per warpgroup 32..256, warpgroups of 4 warps along n. */
-static const int wgmma_bms[] = {64, 128, 192, 256};
+static const int wgmma_bms[] = {64, 128, 192, HM_CHOOSE_MAX_BM};
 static const int wgmma_bks[] = {64, 128};
 static const int wgmma_warps_m[] = {1, 2};
 static const int wgmma_warps_n[] = {4, 8};

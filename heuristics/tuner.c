@@ -37,6 +37,11 @@ typedef struct bucket_work {
   hm_gemm_source gen[MAX_PER_BUCKET];
 } bucket_work;
 
+/* Launches a timed sample of req: 0 asks for one. */
+static int chain_of(const hm_tune_request *req) {
+  return req->chain > 0 ? req->chain : 1;
+}
+
 /* The valid M a bucket is timed at: its judging M, at most TUNER_MAX_VALID_M. */
 static int64_t timed_m(int64_t m_lo, int64_t m_hi) {
   const int64_t m = hm_choose_bucket_m(m_lo, m_hi);
@@ -91,7 +96,7 @@ static hm_status gather(const hm_tune_request *req, const hm_device_profile *p, 
 /* Candidate i's medians at the bucket's ends: us[0] at its smallest M, us[1] at b->m. */
 static hm_status time_ends(hm_engine *e, hm_tuner_bench *bench, const hm_tune_request *req,
                            const bucket_work *w, int i, const hm_tune_bucket *b, double us[2]) {
-  const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS, chain = req->chain > 0 ? req->chain : 1;
+  const int reps = req->reps > 0 ? req->reps : DEFAULT_REPS, chain = chain_of(req);
   hm_kernel *k = NULL;
   HM_CHECK(hm_kernel_get(e, &w->src[i], &k));
   HM_CHECK(hm_tuner_bench_time(bench, k, &w->cfg[i], b->m, reps, chain, &us[1]));
@@ -140,7 +145,7 @@ static hm_status entry_of(const hm_tune_request *req, const hm_tune_identity *id
   out->tuning = b->tuned;
   out->tuned_us = b->tuned_us;
   out->heuristic_us = b->heuristic_us;
-  out->chain = req->chain > 0 ? req->chain : 1;
+  out->chain = chain_of(req);
   return HM_OK;
 }
 

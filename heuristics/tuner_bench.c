@@ -17,8 +17,6 @@
 /* Activations and output of one shape: dense DeepSeek-V3 gate_up at 65536 rows takes 5.8 GB;
  * masked launches, max_m rows for every expert, outgrow it first. */
 #define TUNER_MAX_ACT_BYTES ((size_t)8 << 30)
-/* The largest block a contiguous segment is padded to: the tallest tile (gemm_config.c). */
-#define TUNER_MAX_BLOCK_M 256
 
 static hm_status alloc_filled(hm_engine *e, size_t bytes, void **out) {
   *out = NULL;
@@ -64,15 +62,11 @@ static int64_t act_scales_per_row(const hm_layer_config *lc) {
   }
 }
 
-static int slots_per_token(const hm_layer_config *lc, hm_gemm_type type) {
-  return type != HM_GEMM_DENSE && lc->top_k > 1 ? lc->top_k : 1;
-}
-
 /* Rows of A and C a launch at valid_m reads and writes; padded: the contiguous layout's rows;
  * a_rows_per_token: an indexed launch's (1 where A holds a row per slot). */
 static void rows_of(const hm_layer_config *lc, hm_gemm_type type, int64_t valid_m, int64_t padded,
                     int a_rows_per_token, int64_t *a_rows, int64_t *c_rows) {
-  const int top_k = slots_per_token(lc, type);
+  const int top_k = hm_choose_token_rows(lc, type);
   const int64_t tokens = (valid_m + top_k - 1) / top_k;
   switch (type) {
     case HM_GEMM_INDEXED: *a_rows = tokens * top_k / a_rows_per_token, *c_rows = tokens * top_k; return;
@@ -93,8 +87,9 @@ static size_t c_bytes(const hm_layer_config *lc, int64_t rows) {
 
 bool hm_tuner_bench_fits(const hm_layer_config *layer, hm_gemm_type type, int64_t valid_m) {
   int64_t a_rows, c_rows;
-  /* Indexed launches at their largest: a row of A per slot. */
-  rows_of(layer, type, valid_m, valid_m + layer->experts * (TUNER_MAX_BLOCK_M - 1), 1, &a_rows, &c_rows);
+  /* Indexed launches at their largest, a row of A per slot; contiguous segments padded to the
+   * tallest tile. */
+  rows_of(layer, type, valid_m, valid_m + layer->experts * (HM_CHOOSE_MAX_BM - 1), 1, &a_rows, &c_rows);
   return a_bytes(layer, a_rows) + c_bytes(layer, c_rows) <= TUNER_MAX_ACT_BYTES;
 }
 
@@ -108,7 +103,7 @@ hm_status hm_tuner_bench_create(hm_engine *engine, const hm_tune_request *req, s
   out->engine = engine;
   out->layer = req->layer;
   out->type = req->type;
-  out->top_k = slots_per_token(req->layer, req->type);
+  out->top_k = hm_choose_token_rows(req->layer, req->type);
   out->shared = req->type == HM_GEMM_DENSE ? 0 : req->shared;
   out->a_rows_per_token = req->a_per_slot ? 1 : out->top_k;
   hm_status ret = HM_OK;

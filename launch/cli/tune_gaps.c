@@ -39,7 +39,7 @@ static hm_status predicted(const hm_layer_config *lc, const hm_gemm_config *base
 static hm_status gap_at(const hm_model_layer *l, hm_gemm_type type, const hm_gemm_plan *plan, int64_t tokens,
                         const hm_device_profile *p, gap_sums *s) {
   const hm_layer_config *lc = &l->config;
-  const int64_t m = type == HM_GEMM_DENSE || lc->top_k < 1 ? tokens : tokens * lc->top_k;
+  const int64_t m = tokens * hm_choose_token_rows(lc, type);
   const hm_gemm_config *pick = &plan->cfg[hm_gemm_plan_pick(plan, m)];
   hm_gemm_tuning best;
   int n = 0;

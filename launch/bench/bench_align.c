@@ -8,20 +8,24 @@
 #include "check.h"
 
 /* Rejection keeps ids of a token distinct; top_k is small next to experts in every model. */
-hm_status hm_bench_random_topk(int64_t tokens, int top_k, int64_t experts, uint64_t seed, int32_t *ids,
-                               float *weights) {
+hm_status hm_bench_random_topk(int64_t tokens, int top_k, int64_t experts, int shared, uint64_t seed,
+                               int32_t *ids, float *weights) {
   if (top_k > experts) HM_FAIL(HM_INVALID_ARGUMENT, "top_k %d > experts %lld", top_k, (long long)experts);
+  if (shared < 0 || shared >= top_k)
+    HM_FAIL(HM_INVALID_ARGUMENT, "%d shared experts with top_k %d", shared, top_k);
+  const int routed = top_k - shared;
   uint64_t state = seed;
   for (int64_t t = 0; t < tokens; t++) {
     int32_t *row = ids + t * top_k;
     float sum = 0;
     for (int j = 0; j < top_k; j++) {
-      bool dup;
-      do {
-        row[j] = (int32_t)(hm_bench_rng(&state) % (uint64_t)experts);
+      bool dup = j < routed;
+      row[j] = (int32_t)(experts - top_k + j);
+      while (dup) {
+        row[j] = (int32_t)(hm_bench_rng(&state) % (uint64_t)(experts - shared));
         dup = false;
         for (int i = 0; i < j; i++) dup |= row[i] == row[j];
-      } while (dup);
+      }
       weights[t * top_k + j] = 0.5f + (float)(hm_bench_rng(&state) >> 40) / 16777216.0f;
       sum += weights[t * top_k + j];
     }

@@ -11,9 +11,10 @@
 
 #include "humming.h"
 
-/* Random distinct experts for each token, with weights summing to 1 per token. */
-hm_status hm_bench_random_topk(int64_t tokens, int top_k, int64_t experts, uint64_t seed, int32_t *ids,
-                               float *weights);
+/* Random distinct experts for each token, with weights summing to 1 per token; each token's
+ * last `shared` slots take the last `shared` experts, as a layer's fused shared expert does. */
+hm_status hm_bench_random_topk(int64_t tokens, int top_k, int64_t experts, int shared, uint64_t seed,
+                               int32_t *ids, float *weights);
 /* Distinct experts among count ids (ids of -1 ignored). */
 int64_t hm_bench_active_experts(const int32_t *ids, int64_t count, int64_t experts);
 

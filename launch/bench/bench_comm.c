@@ -90,7 +90,7 @@ static hm_status inputs_make(hm_bench *b, int64_t tokens, uint64_t seed, struct 
   void *dev = NULL;
   if (ids == NULL || r->w_host == NULL || r->x_host == NULL)
     HM_FAIL_GOTO(HM_OUT_OF_MEMORY, done, "comm inputs");
-  HM_CHECK_GOTO(hm_bench_random_topk(tokens, m->top_k, m->experts, seed, ids, r->w_host), done);
+  HM_CHECK_GOTO(hm_bench_random_topk(tokens, m->top_k, m->experts, 0, seed, ids, r->w_host), done);
   HM_CHECK_GOTO(hm_bench_random_bf16(r->x_host, tokens * m->hidden, 1.0f, seed + 1), done);
   HM_CHECK_GOTO(upload_new(b->engine, r->x_host, x_bytes, &r->x), done);
   HM_CHECK_GOTO(upload_new(b->engine, ids, slots * sizeof(int32_t), &dev), done);

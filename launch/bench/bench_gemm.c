@@ -99,8 +99,9 @@ hm_status hm_bench_gemm_inputs_make(const hm_bench_gemm_shape *shape, int64_t to
   hm_status ret = HM_OK;
   if (out->ids == NULL || out->weights == NULL || out->rows == NULL)
     HM_FAIL_GOTO(HM_OUT_OF_MEMORY, fail, "inputs of %lld tokens", (long long)tokens);
-  HM_CHECK_GOTO(hm_bench_random_topk(tokens, shape->top_k, shape->experts, seed, out->ids, out->weights),
-                fail);
+  HM_CHECK_GOTO(
+      hm_bench_random_topk(tokens, shape->top_k, shape->experts, shape->shared, seed, out->ids, out->weights),
+      fail);
   HM_CHECK_GOTO(hm_bench_random_normal(out->rows, out->rows_count * shape->k, 1.0f, seed + 7), fail);
   return HM_OK;
 fail:

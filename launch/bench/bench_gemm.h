@@ -15,7 +15,8 @@
 typedef struct hm_bench_gemm_shape {
   int64_t n, k, experts; /* experts 1 and top_k 1 for dense */
   int top_k;
-  bool down; /* A holds one row per (token, slot), not per token */
+  int shared; /* fused shared experts: the last experts, each token's last slots (hm_model_preset_routed) */
+  bool down;  /* A holds one row per (token, slot), not per token */
   hm_gemm_type type;
 } hm_bench_gemm_shape;
 

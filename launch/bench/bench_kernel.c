@@ -115,8 +115,13 @@ static void kernel_shape(const hm_bench_opts *o, hm_bench_gemm_shape *s) {
   s->n = down ? o->model.hidden : 2 * o->model.moe_intermediate;
   s->k = down ? o->model.moe_intermediate : o->model.hidden;
   s->type = o->layout;
-  s->experts = o->layout == HM_GEMM_DENSE ? 1 : o->model.experts;
-  s->top_k = o->layout == HM_GEMM_DENSE ? 1 : o->model.top_k;
+  /* A MoE GEMM as the layer launches it: with the shared expert fused where the layer fuses it,
+   * so that the tuner's tables, keyed on the layer's GEMMs, serve it. */
+  const hm_model_routed r = hm_model_preset_routed(&o->model, 1, 1);
+  const bool dense = o->layout == HM_GEMM_DENSE;
+  s->experts = dense ? 1 : r.experts;
+  s->top_k = dense ? 1 : r.top_k;
+  s->shared = dense ? 0 : r.shared_fused;
 }
 
 /* One layer of the run (quant per plan, or bf16), every chain member: check, then time. */
@@ -342,9 +347,10 @@ int hm_bench_kernel(hm_bench *b) {
   st = kernel_setup(&kb);
   if (st == HM_OK && torch) kb.torch_us = hm_bench_torch_kernel(b, &kb.shape);
   hm_report_header(
-      b->report, "gemm=%s N=%lld K=%lld experts=%lld top_k=%d; M = tokens, rows = M x top_k%s",
+      b->report, "gemm=%s N=%lld K=%lld experts=%lld top_k=%d%s; M = tokens, rows = M x top_k%s",
       b->o.gemm_name, (long long)kb.shape.n, (long long)kb.shape.k, (long long)kb.shape.experts,
       kb.shape.top_k,
+      kb.shape.shared ? " (the last expert the fused shared one, every token's last slot)" : "",
       hm_bench_act8(&b->o.scheme) ? "; 8-bit A quantized before timing (layer mode times it)" : "");
   if (st == HM_OK) plan_header(&kb);
   if (st == HM_OK) chain_header(&kb);

@@ -123,6 +123,25 @@ static void kernel_mode_chains(void **state) {
   }
 }
 
+/* A model whose layer fuses its shared expert: the GEMM has one expert more and every token
+ * takes it in its last slot, so one token touches top_k + 1 distinct experts; checked. */
+static void kernel_mode_fused_shared_expert(void **state) {
+  (void)state;
+  char args[512];
+  snprintf(args, sizeof(args),
+           "kernel --backend host --model deepseek-mini --layout masked --gemm down --m 1,4 --iters 2 --warmup 1 "
+           "--json %s/run.json",
+           dir);
+  expect_ok(args);
+  json_t *doc = load_rows(2);
+  check_sized_rows(doc, (const int64_t[]){1, 4}, 2);
+  assert_int_equal((int64_t)tb_num(json_array_get(json_object_get(doc, "rows"), 0), "active_experts"), 5);
+  json_decref(doc);
+  const char *out = tb_file_text(dir, "out.txt");
+  if (strstr(out, "experts=17 top_k=5 (the last expert the fused shared one") == NULL)
+    fail_msg("no fused shared expert in:\n%s", out);
+}
+
 static void layer_mode_schemes(void **state) {
   (void)state;
   const char *quants[] = {"w4a16", "w8a8-fp8", "w8a8-int8", "w4a8-mxfp4", "bf16"};
@@ -251,6 +270,7 @@ int main(void) {
       cmocka_unit_test(bad_flags_exit_2),
       cmocka_unit_test(kernel_mode_every_layout),
       cmocka_unit_test(kernel_mode_chains),
+      cmocka_unit_test(kernel_mode_fused_shared_expert),
       cmocka_unit_test(layer_mode_schemes),
       cmocka_unit_test(e2e_mode_serves_both_schemes),
       cmocka_unit_test(comm_mode_single_rank),

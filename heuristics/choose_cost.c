@@ -16,7 +16,8 @@
  *    reload fragments from shared memory for few MMAs, and for SMs holding fewer warps
  *    than it takes to feed all four tensor cores and hide the MMA and dequant latency;
  *  - dequant: every m-tile converts its expert's weight codes again, so short tiles on
- *    many rows pay in ALU time what they save in padding;
+ *    many rows pay in ALU time what they save in padding; fp8 operands of mma.sync on
+ *    sm_90 convert at under half the rate of 4-bit codes (F8_UNPACK_WEIGHTS_PER_SM_US);
  *  - overlap: memory and compute never hide each other fully, so a share of the
  *    shorter one is added to the longer (and the choice still cares about both);
  *  - k-iterations: each one ends in a cp.async wait and a CTA barrier that the few
@@ -74,6 +75,17 @@
 #define PARTIAL_FIXUP_US 2.75
 #define WARPS_TO_FILL_SM 8.0
 #define DEQUANT_WEIGHTS_PER_SM_US 2e5
+/*
+ * sm_90 has no 8-bit mma.sync: ptxas unpacks each fp8 operand register into two f16 ones
+ * (F2FP.F16.E4M3.UNPACK_B, 136 of a W4A8 decode tile's 505 mainloop instructions a stage)
+ * and runs f16 MMAs, so W8A8 fp8 and W4A8 codes cost far more than a 4-bit code's LOP3 and
+ * HFMA2. Fit to 20 decode launches of DeepSeek-V3's experts, W4A8 MXFP4 and fp8, both
+ * GEMMs, 1-16 tokens, data-parallel and Stream-K (H200, docs/PERF.md nineteenth session):
+ * RMS error 13 % against 17 % at the 4-bit rate. W4A8's data-parallel gate_up at one token
+ * (144 tiles on 132 SMs) is now predicted 1.40x Stream-K's time, where it ran 1.46x (was
+ * 0.97x); fp8's, which also ran 1.46x, comes out level with it (was 0.95x).
+ */
+#define F8_UNPACK_WEIGHTS_PER_SM_US 8e4
 #define OVERLAP_LOSS 0.2
 /* One SM's load path tops out near twice its fair share of the DRAM bandwidth. */
 #define SM_BW_SHARE_MAX 2.0
@@ -227,7 +239,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double tensor_us = r.compute_us * (padded_flops / fmax(r.flops, 1.0));
   const bool quantized = hm_gemm_weight_bits(cfg->layer.weight) < 16;
   const double dequant_weights = quantized ? tiles * t->bn * k_iters * t->bk : 0.0;
-  const double dequant_us = dequant_weights / (DEQUANT_WEIGHTS_PER_SM_US * p->sm_count * sm_share);
+  const bool unpacks = t->mma == HM_MMA_SYNC && cfg->arch >= 90 && cfg->layer.act == HM_F8E4M3;
+  const double dequant_rate = unpacks ? F8_UNPACK_WEIGHTS_PER_SM_US : DEQUANT_WEIGHTS_PER_SM_US;
+  const double dequant_us = dequant_weights / (dequant_rate * p->sm_count * sm_share);
   double efficiency = t->mma == HM_MMA_WGMMA ? wgmma_tile_efficiency(t) : warp_tile_efficiency(t);
   if (t->mma == HM_MMA_SYNC && cfg->arch >= 90)
     efficiency *= fmin(1.0, MMA_SYNC_SM90_TFLOPS_PER_SM * p->sm_count / p->tflops_f16);

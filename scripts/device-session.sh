@@ -10,7 +10,7 @@
 # Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
 # (dense and MoE GEMMs against torch's cuBLAS), chain (decode GEMMs back to back, PDL on
 # and off), layers (the MoE layer in three layouts; LAYER_QUANT, LAYER_M), plan (tuner and
-# the default/heuristic/tuned columns of the PLAN_LAYOUTS kernels in PLAN_QUANT;
+# the default/heuristic/tuned columns of the PLAN_LAYOUTS kernels in each PLAN_QUANT scheme;
 # TUNE_ARGS="--layout L --chain 8" tunes one layout back to back, PLAN_ARGS="--chain 8" times
 # the columns so), system (comm, e2e, the embedding example), ncu
 # (Nsight Compute sections of the dense decode GEMM), w8a8 (the 8-bit GEMMs next to torch:
@@ -158,15 +158,19 @@ if has layers; then
 fi
 
 if has plan; then
-  # shellcheck disable=SC2086
-  [ -n "${TUNE-1}" ] && step tune "${TUNE_LIMIT:-480}" "$BUILD/humming-moe" tune --model deepseek-v3 \
-    --quant "${PLAN_QUANT:-w4a16}" ${TUNE_ARGS:-}
-  for layout in ${PLAN_LAYOUTS:-indexed}; do
-    for g in ${PLAN_GEMMS:-gate_up down}; do
-      # shellcheck disable=SC2086
-      step "plan-$layout-$g" 150 "$bench" kernel --model deepseek-v3 --quant "${PLAN_QUANT:-w4a16}" --layout "$layout" \
-        --gemm "$g" --plan all --baseline none --m "${PLAN_M:-1:4096:x2}" ${PLAN_ARGS:-} \
-        --json "$LOGS/plan-$layout-$g.json"
+  # PLAN_QUANT may name several schemes, tuned and timed one after the other (W4A8 against
+  # W8A8 on the same tuned shapes, issue #8).
+  for q in ${PLAN_QUANT:-w4a16}; do
+    # shellcheck disable=SC2086
+    [ -n "${TUNE-1}" ] && step "tune-$q" "${TUNE_LIMIT:-480}" "$BUILD/humming-moe" tune --model deepseek-v3 \
+      --quant "$q" ${TUNE_ARGS:-}
+    for layout in ${PLAN_LAYOUTS:-indexed}; do
+      for g in ${PLAN_GEMMS:-gate_up down}; do
+        # shellcheck disable=SC2086
+        step "plan-$q-$layout-$g" "${PLAN_LIMIT:-150}" "$bench" kernel --model deepseek-v3 --quant "$q" \
+          --layout "$layout" --gemm "$g" --plan all --baseline none --m "${PLAN_M:-1:4096:x2}" ${PLAN_ARGS:-} \
+          --json "$LOGS/plan-$q-$layout-$g.json"
+      done
     done
   done
 fi

@@ -125,11 +125,12 @@ if has w8a8; then
 fi
 
 # The shapes issue #8 names: fp8 block-scaled grouped-contiguous with 4096 rows a group
-# (8 experts, top-1, 32768 rows), and grouped-masked decode on DeepSeek-V3's 256 experts.
+# (8 experts, top-1, 32768 rows, no shared expert), and grouped-masked decode on DeepSeek-V3's
+# experts as its layer runs them (the shared one fused as expert 256).
 if has fp8shapes; then
   for g in gate_up down; do
-    step "fp8-groups-$g" 150 "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 \
-      --layout contiguous --gemm "$g" --m 32768 --baseline torch --plan "${FP8_PLAN:-auto}" \
+    step "fp8-groups-$g" 150 "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --shared-experts 0 \
+      --quant w8a8-fp8 --layout contiguous --gemm "$g" --m 32768 --baseline torch --plan "${FP8_PLAN:-auto}" \
       --json "$LOGS/fp8-groups-$g.json"
     [ -n "${MASKED_M-x}" ] || continue
     step "fp8-masked-$g" 150 "$bench" kernel --model deepseek-v3 --quant w8a8-fp8 --layout masked --gemm "$g" \
@@ -215,7 +216,7 @@ if has power; then
     step "power-$name" 300 "$@"
     echo "$(date +%H:%M:%S.%N | cut -c1-12) $name-end" >>"$marks"
   }
-  fp8="--model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 --layout contiguous --gemm gate_up --m 32768"
+  fp8="--model deepseek-v3 --experts 8 --top-k 1 --shared-experts 0 --quant w8a8-fp8 --layout contiguous --gemm gate_up --m 32768"
   torch_fp8="--mode kernel --fp8 --n 4096 --k 7168 --experts 8 --top-k 1 --m 32768"
   torch_w4="--mode kernel --n 8192 --k 8192 --experts 1 --top-k 1 --m 4096"
   iters=${POWER_ITERS:-500}
@@ -265,7 +266,7 @@ if has ncu; then
   if [ -n "${NCU_FP8:-}" ]; then
     # shellcheck disable=SC2086
     step ncu-fp8-groups 150 ncu --clock-control none -k regex:hm_gemm --launch-skip 2 --launch-count 1 $sections \
-      "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --quant w8a8-fp8 --layout contiguous \
+      "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --shared-experts 0 --quant w8a8-fp8 --layout contiguous \
       --gemm gate_up --m 32768 --iters 2 --warmup 1 --check 0 --graph 0 --baseline none
     ncu_summary "$LOGS/ncu-fp8-groups.log"
   fi

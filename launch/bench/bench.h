@@ -29,6 +29,7 @@ typedef struct hm_bench_opts {
   hm_bench_mode mode;
   char model_name[HM_OPT_STR_LEN];
   int64_t hidden, intermediate, experts, top_k, layers; /* 0: the preset's */
+  int64_t shared_experts;                               /* the preset's unless seen_shared */
   char quant_name[HM_OPT_STR_LEN];
   char layout_name[HM_OPT_STR_LEN];
   char gemm_name[HM_OPT_STR_LEN]; /* kernel mode: gate_up | down */
@@ -48,7 +49,7 @@ typedef struct hm_bench_opts {
   double rate;
   bool help, list_models;
   bool seen_m, seen_iters, seen_warmup, seen_concurrency, seen_requests, seen_input, seen_output, seen_step;
-  bool seen_quant;
+  bool seen_quant, seen_shared;
   bool seen_ep; /* --ep or --tp given: layer and e2e shard even at one rank */
   /* resolved from the names above */
   hm_model_preset model;

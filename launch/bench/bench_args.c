@@ -18,6 +18,8 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
       {"--intermediate", HM_OPT_INT, &o->intermediate, 0, 1 << 20, "I", "override the expert width", NULL},
       {"--experts", HM_OPT_INT, &o->experts, 0, 1 << 16, "E", "override the number of experts", NULL},
       {"--top-k", HM_OPT_INT, &o->top_k, 0, 1024, "K", "override experts per token", NULL},
+      {"--shared-experts", HM_OPT_INT, &o->shared_experts, 0, 64, "S",
+       "override the shared experts (0: a plain grouped GEMM in kernel mode)", &o->seen_shared},
       {"--layers", HM_OPT_INT, &o->layers, 0, 1024, "L", "override the number of layers (e2e)", NULL},
       {"--quant", HM_OPT_STR, o->quant_name, 0, 0, "SCHEME",
        "bf16 w4a16 w4a16-sym w8a16 w8a8-fp8 w8a8-fp8-ch w8a8-int8 w4a8-mxfp4 w4a8-int4 w4a8-nvfp4",
@@ -31,7 +33,8 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
        NULL},
       {"--plan", HM_OPT_STR, o->plan_name, 0, 0, "P",
        "kernel mode: kernel tables from auto|heuristic|tuned|default, all three side by side, or one "
-       "kernel pinned for every M (bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma[_ws]) (default: HUMMING_GEMM_PLAN)",
+       "kernel pinned for every M (bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma[_ws]) (default: "
+       "HUMMING_GEMM_PLAN)",
        NULL},
       {"--m", HM_OPT_LIST, &o->m, 1, 1 << 24, "LIST",
        "token counts: 1:8192:x2, 16:256:+16 or 1,8,64 (host: 1:256:x4)", &o->seen_m},
@@ -154,6 +157,7 @@ static void apply_overrides(hm_bench_opts *o) {
     if (m->experts % m->n_group != 0) m->n_group = m->topk_group = 1;
   }
   if (o->top_k) m->top_k = (int)o->top_k;
+  if (o->seen_shared) m->shared_experts = (int)o->shared_experts;
   if (o->layers) {
     m->layers = (int)o->layers;
     if (m->dense_layers > m->layers) m->dense_layers = m->layers;

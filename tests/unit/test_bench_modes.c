@@ -31,7 +31,8 @@ static int run_bench(const char *args) {
 static void expect_ok(const char *args) {
   int rc = run_bench(args);
   if (rc != 0)
-    fail_msg("humming-moe-bench %s exited %d:\n%s%s", args, rc, tb_file_text(dir, "out.txt"), tb_file_text(dir, "err.txt"));
+    fail_msg("humming-moe-bench %s exited %d:\n%s%s", args, rc, tb_file_text(dir, "out.txt"),
+             tb_file_text(dir, "err.txt"));
 }
 
 static json_t *load_rows(int expected) {
@@ -63,7 +64,8 @@ static void check_sized_rows(json_t *doc, const int64_t *m, int count) {
     json_t *row = json_array_get(rows, (size_t)i);
     assert_int_equal((int64_t)tb_num(row, "M"), m[i]);
     assert_true(tb_num(row, "time_us") > 0 && isfinite(tb_num(row, "time_us")));
-    assert_true(tb_num(row, "min_us") <= tb_num(row, "time_us") && tb_num(row, "time_us") <= tb_num(row, "max_us"));
+    assert_true(tb_num(row, "min_us") <= tb_num(row, "time_us") &&
+                tb_num(row, "time_us") <= tb_num(row, "max_us"));
     assert_true(tb_num(row, "GB/s") > 0);
     assert_true(tb_num(row, "TFLOP/s") > 0);
     assert_true(tb_num(row, "bytes") > 0 && tb_num(row, "flops") > 0);
@@ -124,14 +126,16 @@ static void kernel_mode_chains(void **state) {
 }
 
 /* A model whose layer fuses its shared expert: the GEMM has one expert more and every token
- * takes it in its last slot, so one token touches top_k + 1 distinct experts; checked. */
+ * takes it in its last slot, so one token touches top_k + 1 distinct experts; checked.
+ * --shared-experts 0 takes the shared expert out. */
 static void kernel_mode_fused_shared_expert(void **state) {
   (void)state;
   char args[512];
-  snprintf(args, sizeof(args),
-           "kernel --backend host --model deepseek-mini --layout masked --gemm down --m 1,4 --iters 2 --warmup 1 "
-           "--json %s/run.json",
-           dir);
+  snprintf(
+      args, sizeof(args),
+      "kernel --backend host --model deepseek-mini --layout masked --gemm down --m 1,4 --iters 2 --warmup 1 "
+      "--json %s/run.json",
+      dir);
   expect_ok(args);
   json_t *doc = load_rows(2);
   check_sized_rows(doc, (const int64_t[]){1, 4}, 2);
@@ -140,6 +144,12 @@ static void kernel_mode_fused_shared_expert(void **state) {
   const char *out = tb_file_text(dir, "out.txt");
   if (strstr(out, "experts=17 top_k=5 (the last expert the fused shared one") == NULL)
     fail_msg("no fused shared expert in:\n%s", out);
+  /* --shared-experts 0 leaves the plain grouped GEMM, as issue #8's fp8 groups are set. */
+  expect_ok(
+      "kernel --backend host --model deepseek-mini --shared-experts 0 --layout masked --gemm down --m 1 "
+      "--iters 2 --warmup 1");
+  if (strstr(tb_file_text(dir, "out.txt"), "experts=16 top_k=4;") == NULL)
+    fail_msg("--shared-experts 0 still fused:\n%s", tb_file_text(dir, "out.txt"));
 }
 
 static void layer_mode_schemes(void **state) {
@@ -267,14 +277,10 @@ static int remove_dir(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(bad_flags_exit_2),
-      cmocka_unit_test(kernel_mode_every_layout),
-      cmocka_unit_test(kernel_mode_chains),
-      cmocka_unit_test(kernel_mode_fused_shared_expert),
-      cmocka_unit_test(layer_mode_schemes),
-      cmocka_unit_test(e2e_mode_serves_both_schemes),
-      cmocka_unit_test(comm_mode_single_rank),
-      cmocka_unit_test(no_arguments_runs_the_default),
+      cmocka_unit_test(bad_flags_exit_2),      cmocka_unit_test(kernel_mode_every_layout),
+      cmocka_unit_test(kernel_mode_chains),    cmocka_unit_test(kernel_mode_fused_shared_expert),
+      cmocka_unit_test(layer_mode_schemes),    cmocka_unit_test(e2e_mode_serves_both_schemes),
+      cmocka_unit_test(comm_mode_single_rank), cmocka_unit_test(no_arguments_runs_the_default),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

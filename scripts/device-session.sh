@@ -7,7 +7,7 @@
 #   source .devdeps/env.sh && PHASES="tests kernels" scripts/device-session.sh
 # The machine lacks cmocka and jansson: after ../shared/device/get-cmocka.sh, also
 # `(cd .devdeps && apt-get download libjansson4 libjansson-dev)` (env.sh unpacks every .deb).
-# Phases: probe (streaming ceilings, decode GEMM over K), tests (every GPU test), kernels
+# Phases: probe (streaming ceilings, conversion rates, decode GEMM over K), tests (every GPU test), kernels
 # (dense and MoE GEMMs against torch's cuBLAS), chain (decode GEMMs back to back, PDL on
 # and off), layers (the MoE layer in three layouts; LAYER_QUANT, LAYER_M), plan (tuner and
 # the default/heuristic/tuned columns of the PLAN_LAYOUTS kernels in each PLAN_QUANT scheme;
@@ -184,11 +184,14 @@ if has system; then
   step embed 90 "$BUILD/humming-moe-embed-example" --backend cuda --gpus 1
 fi
 
-# Streaming ceilings by fetch method and size (test_mem_stream), then the dense decode GEMM
-# over K (N = 8192): the slope is its streaming rate, the intercept its fixed cost.
+# Streaming ceilings by fetch method and size (test_mem_stream), the rates of the weight-code
+# conversions (test_unpack_rate), then the dense decode GEMM over K (N = 8192): the slope is
+# its streaming rate, the intercept its fixed cost.
 if has probe; then
   step mem-stream 120 "$BUILD/tests/test_mem_stream"
   grep -E "^#|^  [a-z]" "$LOGS/mem-stream.log" | tee -a "$summary"
+  step unpack-rate 60 "$BUILD/tests/test_unpack_rate"
+  grep -E "^#|^  [a-z]" "$LOGS/unpack-rate.log" | tee -a "$summary"
   for m in ${PROBE_M:-1 16}; do
     for k in ${PROBE_K:-2048 4096 8192 16384 32768}; do
       # shellcheck disable=SC2046

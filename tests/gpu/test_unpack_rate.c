@@ -49,12 +49,12 @@ static const char unpack_text[] =
     "}\n"
     "extern \"C\" __global__ void __launch_bounds__(HM_THREADS) hm_unpack_rate(int iters, unsigned *out) {\n"
     "  const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "  unsigned x[8], acc = 0;\n"
+    "  unsigned x[HM_CHAINS], acc = 0;\n"
     "#pragma unroll\n"
-    "  for (int c = 0; c < 8; ++c) x[c] = tid * 8u + c;\n"
+    "  for (int c = 0; c < HM_CHAINS; ++c) x[c] = tid * HM_CHAINS + c;\n"
     "  for (int i = 0; i < iters; ++i) {\n"
     "#pragma unroll\n"
-    "    for (int c = 0; c < 8; ++c) {\n"
+    "    for (int c = 0; c < HM_CHAINS; ++c) {\n"
     "      acc ^= hm_convert(x[c]);\n"
     "      x[c] = x[c] * HM_LCG_A + HM_LCG_C;\n"
     "    }\n"
@@ -109,10 +109,11 @@ static unsigned host_convert(const conversion *c, unsigned w) {
 }
 
 static hm_kernel *conversion_kernel(const conversion *c) {
-  char options[128];
-  snprintf(options, sizeof(options),
-           "-DHM_CONVERSION=%d -DHM_THREADS=%d -DHM_LCG_A=%uu -DHM_LCG_C=%uu -DHM_E4M3_FINITE=%uu",
-           (int)c->kind, THREADS, LCG_A, LCG_C, E4M3_FINITE);
+  char options[192];
+  snprintf(
+      options, sizeof(options),
+      "-DHM_CONVERSION=%d -DHM_THREADS=%d -DHM_CHAINS=%du -DHM_LCG_A=%uu -DHM_LCG_C=%uu -DHM_E4M3_FINITE=%uu",
+      (int)c->kind, THREADS, CHAINS, LCG_A, LCG_C, E4M3_FINITE);
   const hm_kernel_source src = {.name = "hm_unpack_rate", .source = unpack_text, .options = options};
   hm_kernel *k = NULL;
   HM_ASSERT_OK(hm_kernel_get(engine, &src, &k));

@@ -349,15 +349,20 @@ static const measured_shape decode_shapes[] = {
     {"gate_up M=16", 4096, 7168, 256, 128, {459.03, 421.00, 463.09, 461.36, 457.02}},
 };
 
-static double predicted_us(const measured_shape *s, const hm_gemm_tuning *t, const hm_device_profile *p) {
-  const hm_layer_config lc = hm_test_layer_config("w4a16", s->n, s->k, s->experts, 0);
+/* The model's time of tuning t on lc's GEMM of type at valid M m. */
+static double tuning_us(const hm_layer_config *lc, hm_gemm_type type, const hm_gemm_tuning *t, int64_t m,
+                        const hm_device_profile *p) {
   hm_gemm_config cfg;
-  HM_ASSERT_OK(
-      hm_gemm_config_from_layer(&lc, s->experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED, p->arch, &cfg));
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, p->arch, &cfg));
   cfg.tuning = *t;
   hm_choose_cost c;
-  HM_ASSERT_OK(hm_choose_cost_of(&lc, &cfg, s->valid_m, p, &c));
+  HM_ASSERT_OK(hm_choose_cost_of(lc, &cfg, m, p, &c));
   return c.predicted_us;
+}
+
+static double predicted_us(const measured_shape *s, const hm_gemm_tuning *t, const hm_device_profile *p) {
+  const hm_layer_config lc = hm_test_layer_config("w4a16", s->n, s->k, s->experts, 0);
+  return tuning_us(&lc, s->experts == 1 ? HM_GEMM_DENSE : HM_GEMM_INDEXED, t, s->valid_m, p);
 }
 
 /*
@@ -506,12 +511,9 @@ static void f8_unpack_costs_as_measured(void **state) {
   for (size_t i = 0; i < HM_ARRAY_SIZE(f8_points); i++) {
     const f8_point *pt = &f8_points[i];
     const hm_layer_config lc = deepseek_fused(pt->quant, pt->down);
-    hm_gemm_config cfg;
-    HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_GROUPED_MASKED, 90, &cfg));
-    HM_ASSERT_OK(hm_gemm_tuning_parse(pt->tuning, &cfg.tuning));
-    hm_choose_cost c;
-    HM_ASSERT_OK(hm_choose_cost_of(&lc, &cfg, 9 * pt->tokens, &p, &c));
-    us[i] = c.predicted_us;
+    hm_gemm_tuning t;
+    HM_ASSERT_OK(hm_gemm_tuning_parse(pt->tuning, &t));
+    us[i] = tuning_us(&lc, HM_GEMM_GROUPED_MASKED, &t, 9 * pt->tokens, &p);
     sq += pow(us[i] / pt->us - 1.0, 2);
     printf("# %-10s %-7s %2d tokens %-34s predicted %7.2f measured %7.2f\n", pt->quant,
            pt->down ? "down" : "gate_up", pt->tokens, pt->tuning, us[i], pt->us);

@@ -19,12 +19,15 @@ hm_status hm_bench_random_topk(int64_t tokens, int top_k, int64_t experts, int s
     int32_t *row = ids + t * top_k;
     float sum = 0;
     for (int j = 0; j < top_k; j++) {
-      bool dup = j < routed; /* routed slots draw until distinct; shared ones take their expert */
-      row[j] = (int32_t)(experts - top_k + j);
-      while (dup) {
-        row[j] = (int32_t)(hm_bench_rng(&state) % (uint64_t)(experts - shared));
-        dup = false;
-        for (int i = 0; i < j; i++) dup |= row[i] == row[j];
+      if (j >= routed) {
+        row[j] = (int32_t)(experts - top_k + j); /* the shared experts, in order */
+      } else {
+        bool dup;
+        do {
+          row[j] = (int32_t)(hm_bench_rng(&state) % (uint64_t)(experts - shared));
+          dup = false;
+          for (int i = 0; i < j; i++) dup |= row[i] == row[j];
+        } while (dup);
       }
       weights[t * top_k + j] = 0.5f + (float)(hm_bench_rng(&state) >> 40) / 16777216.0f;
       sum += weights[t * top_k + j];

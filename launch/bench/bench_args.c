@@ -33,8 +33,7 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
        NULL},
       {"--plan", HM_OPT_STR, o->plan_name, 0, 0, "P",
        "kernel mode: kernel tables from auto|heuristic|tuned|default, all three side by side, or one "
-       "kernel pinned for every M (bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma[_ws]) (default: "
-       "HUMMING_GEMM_PLAN)",
+       "kernel pinned for every M (bm128_bn256_bk128_w1x8x1_s4_sk4_c1_wgmma[_ws]) (default: HUMMING_GEMM_PLAN)",
        NULL},
       {"--m", HM_OPT_LIST, &o->m, 1, 1 << 24, "LIST",
        "token counts: 1:8192:x2, 16:256:+16 or 1,8,64 (host: 1:256:x4)", &o->seen_m},

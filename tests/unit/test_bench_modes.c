@@ -31,8 +31,7 @@ static int run_bench(const char *args) {
 static void expect_ok(const char *args) {
   int rc = run_bench(args);
   if (rc != 0)
-    fail_msg("humming-moe-bench %s exited %d:\n%s%s", args, rc, tb_file_text(dir, "out.txt"),
-             tb_file_text(dir, "err.txt"));
+    fail_msg("humming-moe-bench %s exited %d:\n%s%s", args, rc, tb_file_text(dir, "out.txt"), tb_file_text(dir, "err.txt"));
 }
 
 static json_t *load_rows(int expected) {
@@ -64,8 +63,7 @@ static void check_sized_rows(json_t *doc, const int64_t *m, int count) {
     json_t *row = json_array_get(rows, (size_t)i);
     assert_int_equal((int64_t)tb_num(row, "M"), m[i]);
     assert_true(tb_num(row, "time_us") > 0 && isfinite(tb_num(row, "time_us")));
-    assert_true(tb_num(row, "min_us") <= tb_num(row, "time_us") &&
-                tb_num(row, "time_us") <= tb_num(row, "max_us"));
+    assert_true(tb_num(row, "min_us") <= tb_num(row, "time_us") && tb_num(row, "time_us") <= tb_num(row, "max_us"));
     assert_true(tb_num(row, "GB/s") > 0);
     assert_true(tb_num(row, "TFLOP/s") > 0);
     assert_true(tb_num(row, "bytes") > 0 && tb_num(row, "flops") > 0);
@@ -277,10 +275,14 @@ static int remove_dir(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(bad_flags_exit_2),      cmocka_unit_test(kernel_mode_every_layout),
-      cmocka_unit_test(kernel_mode_chains),    cmocka_unit_test(kernel_mode_fused_shared_expert),
-      cmocka_unit_test(layer_mode_schemes),    cmocka_unit_test(e2e_mode_serves_both_schemes),
-      cmocka_unit_test(comm_mode_single_rank), cmocka_unit_test(no_arguments_runs_the_default),
+      cmocka_unit_test(bad_flags_exit_2),
+      cmocka_unit_test(kernel_mode_every_layout),
+      cmocka_unit_test(kernel_mode_chains),
+      cmocka_unit_test(kernel_mode_fused_shared_expert),
+      cmocka_unit_test(layer_mode_schemes),
+      cmocka_unit_test(e2e_mode_serves_both_schemes),
+      cmocka_unit_test(comm_mode_single_rank),
+      cmocka_unit_test(no_arguments_runs_the_default),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -5,7 +5,8 @@
  * 8-bit mma.sync, so ptxas unpacks each fp8 register with two cvt.rn.f16x2.e4m3x2
  * (F2FP.UNPACK_B), four codes a word; the alternative widens eight e2m1 codes a word
  * straight into f16 pairs with shifts and LOP3s, each code's sign at bit 15 and its
- * exponent and mantissa at bits 11-9 (the value times 2^-14). Each thread converts a
+ * exponent and mantissa at bits 11-9 (the value times 2^-14), from nibbles or from a
+ * layout that places the codes for fewer operations (e2m1_code). Each thread converts a
  * stream of words (an LCG) on eight independent chains and XORs what it made into one
  * word; a small launch is checked against the host's conversion of every word, then a
  * large one is timed, beside the same loop converting nothing (its LCG and XORs alone).
@@ -42,6 +43,12 @@ static const char unpack_text[] =
     "         (((w << 8) & 0x80008000u) | ((w << 5) & 0x0e000e00u)) ^\n"
     "         (((w << 4) & 0x80008000u) | ((w << 1) & 0x0e000e00u)) ^\n"
     "         ((w & 0x80008000u) | ((w >> 3) & 0x0e000e00u));\n"
+    "#elif HM_CONVERSION == 3\n"
+    "  const unsigned w1 = w << 1, w3 = w << 3;\n"
+    "  return (w & 0x8e008e00u) ^\n"
+    "         ((w3 & 0x0e000e00u) | (w1 & 0x80008000u)) ^\n"
+    "         (((w << 6) & 0x0e000e00u) | ((w << 2) & 0x80008000u)) ^\n"
+    "         (((w << 9) & 0x0e000e00u) | (w3 & 0x80008000u));\n"
     "#else\n"
     "  w &= HM_E4M3_FINITE;\n"
     "  return hm_unpack2((unsigned short)w) ^ hm_unpack2((unsigned short)(w >> 16));\n"
@@ -62,7 +69,7 @@ static const char unpack_text[] =
     "  out[tid] = acc;\n"
     "}\n";
 
-typedef enum { CONVERT_NONE, CONVERT_E4M3, CONVERT_E2M1 } conversion_kind;
+typedef enum { CONVERT_NONE, CONVERT_E4M3, CONVERT_E2M1, CONVERT_E2M1_LANES } conversion_kind;
 
 typedef struct conversion {
   const char *name;
@@ -74,6 +81,7 @@ static const conversion conversions[] = {
     {"none (the loop alone)", CONVERT_NONE, 0},
     {"fp8 unpack (cvt e4m3x2)", CONVERT_E4M3, 4},
     {"e2m1 -> f16 (shift, lop3)", CONVERT_E2M1, 8},
+    {"e2m1 -> f16 (sign, 3-bit lanes)", CONVERT_E2M1_LANES, 8},
 };
 
 static hm_engine *engine;
@@ -90,6 +98,16 @@ static uint16_t f16_of_e2m1(unsigned code) {
   return hm_f16_from_f32(ldexpf(code & 8u ? -v : v, -14));
 }
 
+/*
+ * Code p of the low half of w: a nibble (sign at bit 3), or in 3-bit lanes, the magnitude
+ * at bits 9-3p..11-3p and the sign at bit 15-p, so that the f16 pair p is w shifted left by
+ * 3p and by p under two masks, and pair 0 is w under one.
+ */
+static unsigned e2m1_code(const conversion *c, unsigned w, int p) {
+  if (c->kind == CONVERT_E2M1) return (w >> (4 * p)) & 0xfu;
+  return ((w >> (15 - p)) & 1u) << 3 | ((w >> (9 - 3 * p)) & 7u);
+}
+
 /* The host's hm_convert: the f16 pairs of word w, XORed. */
 static unsigned host_convert(const conversion *c, unsigned w) {
   unsigned acc = 0;
@@ -103,8 +121,7 @@ static unsigned host_convert(const conversion *c, unsigned w) {
     return acc;
   }
   for (int p = 0; p < 4; p++)
-    acc ^= (unsigned)f16_of_e2m1((w >> (4 * p)) & 0xfu) | (unsigned)f16_of_e2m1((w >> (16 + 4 * p)) & 0xfu)
-                                                              << 16;
+    acc ^= (unsigned)f16_of_e2m1(e2m1_code(c, w, p)) | (unsigned)f16_of_e2m1(e2m1_code(c, w >> 16, p)) << 16;
   return acc;
 }
 

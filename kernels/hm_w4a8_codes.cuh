@@ -18,6 +18,20 @@
 // b0 = w & 0x9c9c9c9c, b1 = (w << 2) & 0x8c8c8c8c | (w >> 2) & 0x10101010, five
 // operations a word where a 16-entry prmt table takes ten. The 2^6 goes into the f32
 // scales, exactly. mxfp4 and nvfp4 share these codes; they differ in their scales only.
+//
+// f16 codes (e2m1 only, the kernel's w4_f16): sm_90 has no 8-bit mma.sync, and ptxas
+// unpacks each fp8 operand register into two f16 ones (F2FP, a conversion unit op) before
+// an f16 MMA. This layout lets the kernel build those f16 operands itself with integer
+// ops: the f16 with sign s at bit 15 and e1 e0 m at bits 11..9 is the e2m1 value times
+// 2^-14 for all 16 codes (f16 exponent field e1e0, bias 15 against 1; field 0 is subnormal
+// with mantissa m/2, as e2m1's), and the 2^14 goes into the f32 scales. The word's f16
+// pair p (p = 0..3) holds in its half h the code of lane p of half h: magnitude (e1 e0 m)
+// at bits 9-3p..11-3p of the half, sign at bit 15-p. So pair p is the word shifted left
+// by 3p under the magnitude mask and by p under the sign mask: pair 0 one AND, twelve
+// operations a word in all (nibbles take sixteen). Pairs 0 and 1 carry b0's codes 0, 1
+// and 2, 3 (k 4t..4t+3), pairs 2 and 3 b1's: pair 2q + i is the k16 half q's f16 register
+// i of an m16n8k16 B fragment, k 2t, 2t+1 of it standing for k 4t+2i, 4t+2i+1, as the
+// activations' converted registers do (gemm_w8a8_kernel.cuh).
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -54,6 +68,27 @@ HM_W4_FN unsigned hm_w4_pack_word(int fmt, unsigned lo16, unsigned hi16) {
   unsigned w = 0;
   for (int i = 0; i < 4; ++i) w |= hm_w4_pack_byte(fmt, lo16 >> (4 * i), hi16 >> (4 * i)) << (8 * i);
   return w;
+}
+
+// The f16-codes word of four b0 codes (lo16) and four b1 codes (hi16), lowest k in the
+// lowest nibble: code c of pair p = 2q + i, half h is nibble 2i + h of q's field.
+HM_W4_FN unsigned hm_w4_pack_word_f16(unsigned lo16, unsigned hi16) {
+  unsigned w = 0;
+  for (int p = 0; p < 4; ++p)
+    for (int h = 0; h < 2; ++h) {
+      const unsigned c = ((p < 2 ? lo16 : hi16) >> (4 * (2 * (p & 1) + h))) & 0xfu;
+      w |= ((c >> 3) << (15 - p) | (c & 7u) << (9 - 3 * p)) << (16 * h);
+    }
+  return w;
+}
+
+// The four f16 pairs of an f16-codes word (above).
+HM_W4_FN void hm_w4_widen_e2m1_f16(unsigned w, unsigned f[4]) {
+  const unsigned w1 = w << 1, w3 = w << 3;
+  f[0] = w & 0x8e008e00u;
+  f[1] = (w3 & 0x0e000e00u) | (w1 & 0x80008000u);
+  f[2] = ((w << 6) & 0x0e000e00u) | ((w << 2) & 0x80008000u);
+  f[3] = ((w << 9) & 0x0e000e00u) | (w3 & 0x80008000u);
 }
 
 HM_W4_FN void hm_w4_widen_i4(unsigned w, unsigned *b0, unsigned *b1) {

@@ -3,7 +3,9 @@
  * The W4A8 codes (kernels/hm_w4a8_codes.cuh) on the host: every pair of 4-bit codes in
  * every byte of a word widens to the 8-bit fragment bytes the kernel feeds its MMA,
  * int4 q as the int8 16 q and e2m1 as the e4m3 code of its value times 2^-6, all 16 codes
- * (-0 and the subnormal 0.5 included); and the e8m0 scales as 2^(x - 126) in f32.
+ * (-0 and the subnormal 0.5 included); the f16 codes of sm_90 as the f16 pairs of each
+ * code's value times 2^-14, in the k order of the MMA's f16 fragments; and the e8m0
+ * scales as 2^(x - 126) in f32.
  */
 #include <math.h>
 #include <string.h>
@@ -58,6 +60,32 @@ static void e2m1_widens_to_e4m3_times_2_to_minus_6(void **state) {
       }
 }
 
+static void same_value(float got, float want) {
+  assert_true(got == want && signbit(got) == signbit(want));
+}
+
+/* Every code at every one of the eight places, the others set: pair 2q + i, half h holds
+ * code 2i + h of field q (b0 for q = 0, b1 for q = 1). */
+static void e2m1_f16_codes_widen_to_value_times_2_to_minus_14(void **state) {
+  (void)state;
+  for (int place = 0; place < 8; place++)
+    for (unsigned c = 0; c < 16; c++) {
+      const int q = place / 4, i = place % 4;
+      const unsigned fields[2] = {q == 0 ? nibbles(c, i, 0xf) : 0x7777u,
+                                  q == 1 ? nibbles(c, i, 0x7) : 0xffffu};
+      unsigned f[4];
+      hm_w4_widen_e2m1_f16(hm_w4_pack_word_f16(fields[0], fields[1]), f);
+      for (int p = 0; p < 4; p++)
+        for (int h = 0; h < 2; h++) {
+          const int fq = p / 2, nib = 2 * (p % 2) + h;
+          const unsigned code = (fields[fq] >> (4 * nib)) & 0xfu;
+          const float got = hm_f16_to_f32((uint16_t)(f[p] >> (16 * h)));
+          same_value(got, ldexpf(hm_e2m1_to_f32((uint8_t)code), -14));
+          if (fq == q && nib == i) assert_int_equal(code, c);
+        }
+    }
+}
+
 static void e8m0_scales_are_twice_the_power_of_two(void **state) {
   (void)state;
   for (unsigned x = 0; x < 254; x++) {
@@ -72,6 +100,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(int4_widens_to_16q),
       cmocka_unit_test(e2m1_widens_to_e4m3_times_2_to_minus_6),
+      cmocka_unit_test(e2m1_f16_codes_widen_to_value_times_2_to_minus_14),
       cmocka_unit_test(e8m0_scales_are_twice_the_power_of_two),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

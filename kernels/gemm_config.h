@@ -23,6 +23,7 @@ typedef struct hm_gemm_layer_part {
   int64_t n, k, experts;
   int group_n;       /* W8A8 block scales: rows of a block (group its columns); 0 otherwise */
   hm_act_scale_kind act_scale; /* W8A8: per token or 1x128; NONE for f16/bf16 activations */
+  bool w4_f16; /* W4A8 e2m1: codes placed for f16 MMAs (hm_w4a8_codes.cuh, hm_w4a8_f16_codes) */
 } hm_gemm_layer_part;
 
 typedef struct hm_gemm_compute_part {

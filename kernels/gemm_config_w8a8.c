@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "check.h"
+#include "params.h"
 
 /* int8 partial sums of a whole segment stay exact below 2^31: 127 * 127 * K. */
 #define INT8_MAX_K 131072
@@ -66,10 +67,15 @@ static hm_status w4a8_fp4_from_layer(const hm_quant_format *w, hm_gemm_layer_par
   return HM_OK;
 }
 
+bool hm_w4a8_f16_codes(hm_dtype weight, hm_dtype act, int arch) {
+  return weight == HM_F4E2M1 && act == HM_F8E4M3 && arch == 90 && hm_param_w4a8_f16() != 0;
+}
+
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out) {
   const hm_quant_format *w = &lc->scheme.weight;
   hm_gemm_layer_part *l = &out->layer;
   l->act_scale = lc->scheme.act_scale;
+  l->w4_f16 = hm_w4a8_f16_codes(w->weight, l->act, out->arch);
   if (w->weight == HM_F4E2M1) return w4a8_fp4_from_layer(w, l);
   if (w->scale_kind == HM_SCALE_CHANNEL) {
     l->group = l->group_n = 0;
@@ -150,6 +156,10 @@ hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg) {
   if (fmt == HM_W4_E2M1 && (l->group != 32 || l->k % 32 != 0))
     HM_FAIL(HM_UNSUPPORTED, "W4A8 mxfp4 GEMM: e8m0 scales per 32 along K=%lld (group %d)", (long long)l->k,
             l->group);
+  if (l->w4_f16 && (!is_fp4(fmt) || cfg->arch < 89))
+    HM_FAIL(HM_UNSUPPORTED,
+            "W4A8 f16 codes: e2m1 weights with fp8 activations on sm_89 or later (%s x %s, sm_%d)",
+            hm_dtype_name(l->weight), hm_dtype_name(l->act), cfg->arch);
   if (!block && !is_fp4(fmt) && l->group != 0)
     HM_FAIL(HM_UNSUPPORTED, "W8A8 GEMM: group scales (group %d)", l->group);
   if (l->act == HM_I8 && !k_scaled(l) && l->k > INT8_MAX_K)
@@ -287,5 +297,6 @@ void hm_gemm_w8a8_name_tag(const hm_gemm_layer_part *l, char *buf, size_t len) {
   if (!hm_gemm_is_w8a8(l)) return;
   char block[32] = "";
   if (l->group_n) snprintf(block, sizeof(block), "_b%dx%d", l->group_n, l->group);
-  snprintf(buf, len, "%s_a%s", block, l->act_scale == HM_ACT_SCALE_GROUP128 ? "g128" : "tok");
+  snprintf(buf, len, "%s_a%s%s", block, l->act_scale == HM_ACT_SCALE_GROUP128 ? "g128" : "tok",
+           l->w4_f16 ? "_w16" : "");
 }

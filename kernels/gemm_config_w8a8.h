@@ -23,7 +23,11 @@ bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
  * (mxfp4, group 32) or HM_W4_NVFP4 (group 16) for f4e2m1 ones, with 8-bit activations;
  * HM_W4_NONE otherwise (hm_w4a8_codes.cuh). */
 int hm_gemm_w4a8_format(const hm_gemm_layer_part *l);
-/* Fills group, group_n and act_scale of out->layer from the public config's scheme. */
+/* Whether W4A8 e2m1 weights for this arch take the f16 codes (HUMMING_W4A8_F16, sm_90 only:
+ * the arch without 8-bit mma.sync that has fp8 conversions); the transform and the kernels
+ * of a layer both ask, so the weights' layout and the kernels' agree. */
+bool hm_w4a8_f16_codes(hm_dtype weight, hm_dtype act, int arch);
+/* Fills group, group_n, act_scale and w4_f16 of out->layer from the public config's scheme. */
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out);
 /* The layer part's legality: types, scale layouts, arch, shape. */
 hm_status hm_gemm_w8a8_check_layer(const hm_gemm_config *cfg);

@@ -73,8 +73,9 @@ static const kernel_body ws_body = {"gemm_ws_wgmma.cuh", "hm_wgws_traits", "hm_w
 
 /*
  * The constants only the W8A8 kernel reads. It sums raw 8-bit codes (no groups, no zero
- * point) and its scales come in as the three flags; w4 names 4-bit weights it widens;
- * acc16 runs its fp8 MMAs with f16 accumulators.
+ * point) and its scales come in as the three flags; w4 names 4-bit weights it widens,
+ * w4_f16 whether into f16 operands (hm_w4a8_codes.cuh); acc16 runs its fp8 MMAs with f16
+ * accumulators.
  */
 static void w8a8_constants(const hm_gemm_config *cfg, char *buf, size_t len) {
   const hm_gemm_layer_part *l = &cfg->layer;
@@ -83,9 +84,10 @@ static void w8a8_constants(const hm_gemm_config *cfg, char *buf, size_t len) {
            "  static constexpr bool w_block = %s;\n"
            "  static constexpr bool a_group = %s;\n"
            "  static constexpr int w4 = %d;\n"
+           "  static constexpr bool w4_f16 = %s;\n"
            "  static constexpr bool acc16 = %s;\n",
            tf(l->act == HM_I8), tf(l->group_n != 0), tf(l->act_scale == HM_ACT_SCALE_GROUP128),
-           hm_gemm_w4a8_format(l), tf(cfg->compute.f16_acc));
+           hm_gemm_w4a8_format(l), tf(l->w4_f16), tf(cfg->compute.f16_acc));
 }
 
 hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
@@ -97,7 +99,7 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   const bool w8a8 = hm_gemm_is_w8a8(l), wgmma = t->mma == HM_MMA_WGMMA;
   const kernel_body *plain = w8a8 ? &w8a8_bodies[t->mma] : &bodies[t->mma];
   const kernel_body *body = t->ws ? (w8a8 ? &w8a8_ws_body : &ws_body) : plain;
-  char extra[256] = "";
+  char extra[384] = "";
   if (w8a8) w8a8_constants(cfg, extra, sizeof(extra));
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));
   const int threads = hm_gemm_config_threads(cfg);

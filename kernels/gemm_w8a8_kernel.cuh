@@ -31,6 +31,15 @@
 // e4m3 scale (4 significant bits) times an f32 one needs up to 28 bits, so folding it into
 // the scales would round each of them, where the end rounds one product of all-linear sums.
 //
+// w4_f16 (mxfp4 or nvfp4 on sm_90, HUMMING_W4A8_F16): sm_90 has no 8-bit mma.sync, and ptxas
+// turns each fp8 MMA into f16 ones, unpacking every fp8 operand register on the conversion
+// unit first. With the f16 codes (hm_w4a8_codes.cuh) the kernel runs the f16 m16n8k16 MMAs
+// itself: the weights widen to f16 pairs with integer ops, and the activations are unpacked
+// once a k32 step, shared by the warp's MMA blocks. A k32 step is two k16 halves (nvfp4's
+// scale groups): half q takes the fp8 registers of k 16q.. (A 2q, 2q+1; B q), each split
+// into the f16 pairs of its bytes 0, 1 and 2, 3, which stand for k 2t, 2t+1 and 2t+8, 2t+9
+// of the f16 fragment. The codes enter as 2^-14 times their value, 2^8 below the fp8 form.
+//
 // The swapped 8-row tile (bm = 8, hm_gemm_traits::swap_ab) runs the weights as the m16 A
 // operand and the tokens as the n8 B operand, as the weight-only kernel does
 // (gemm_swap.cuh): a unit's lane words are already its A fragments (hm_w8_weight_frags), so
@@ -73,6 +82,9 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr bool nv = C::w4 == HM_W4_NVFP4;
   static constexpr bool fp4 = mx || nv;        // e2m1 codes, each MMA's sums folded with its scales
   static constexpr int k_parts = nv ? 2 : 1;   // MMAs a k32 step: one per scale group along K
+  static constexpr bool f16w = C::w4_f16;      // f16 codes into f16 MMAs (above)
+  // Registers of an MMA operand's fragments a k32 step: fp8 ones, or their f16 pairs.
+  static constexpr int frag_regs = f16w ? 8 : 4;
   static constexpr int fp4_unit_bytes = 64 * k_parts;  // scales of a unit's 64 columns at one k32 step
   static constexpr int a_bytes = C::bm * C::bk;
   static constexpr int b_off = a_bytes;
@@ -96,10 +108,12 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static_assert(!mx || (!C::a_int8 && !C::w_block && C::k % 32 == 0), "mxfp4: fp8 A, e8m0 scales per 32");
   static_assert(!nv || (!C::a_int8 && !C::w_block), "nvfp4: fp8 A, e4m3 scales per 16");
   static_assert(!C::acc16 || (!C::a_int8 && !k_scaled), "f16 accumulation: fp8, scales constant along K");
+  static_assert(!f16w || fp4, "f16 codes: e2m1 weights");
   // What the f32 sums still carry: int4 codes enter as 16 q (its transform divides the
-  // channel scales by 16); e2m1 codes as 2^-6 times their value, e8m0 scales as 2^(x - 126),
-  // e4m3 ones as their value.
-  static constexpr float w_factor = mx ? 32.0f : (nv ? 64.0f : 1.0f);
+  // channel scales by 16); e2m1 codes as 2^-6 times their value (f16 codes: 2^-14), e8m0
+  // scales as 2^(x - 126), e4m3 ones as their value.
+  static constexpr float code_factor = f16w ? 16384.0f : 64.0f;
+  static constexpr float w_factor = mx ? code_factor / 2 : (nv ? code_factor : 1.0f);
   // acc16: A codes enter the f16 MMA as 2^-7 times their value, but for e2m1 weights (above).
   static constexpr bool a_div128 = C::acc16 && !fp4;
   static constexpr float a_factor = a_div128 ? 128.0f : 1.0f;
@@ -187,12 +201,35 @@ __device__ __forceinline__ void hm_w8_b_frags(const hm_u32 (&w)[WORDS], int j, h
   }
 }
 
+// f16 codes, the fragments of MMA block j by k16 half q: the B registers of n8 block j at
+// wf[2q + i] (its word's pairs, as they come), or, swapped, the A registers of m16 block j
+// at wf[4q + 2i + h]: pair 2q + i of the word of n8 block 2j + h (rows g, g + 8).
+template <class C, int WORDS>
+__device__ __forceinline__ void hm_w8_weight_frags_f16(const hm_u32 (&w)[WORDS], int j, hm_u32 (&wf)[8]) {
+  if constexpr (hm_gemm_traits<C>::swap_ab) {
+    hm_u32 f[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) hm_w4_widen_e2m1_f16(w[2 * j + h], f[h]);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wf[4 * q + 2 * i + h] = f[h][2 * q + i];
+  } else {
+    hm_w4_widen_e2m1_f16(w[j], wf);
+  }
+}
+
 // The weight fragments of MMA block j of a unit: the B pair wf[0..1] of n8 block j, or,
 // swapped, the A fragment of m16 block j, whose register r is B register r / 2 of n8 block
 // 2j + r % 2 (hm_swap_a_slot: the m16n8k32 8-bit fragments pair up as the 16-bit ones do).
 template <class C, int WORDS>
-__device__ __forceinline__ void hm_w8_weight_frags(const hm_u32 (&w)[WORDS], int j, hm_u32 (&wf)[4]) {
-  if constexpr (hm_gemm_traits<C>::swap_ab) {
+__device__ __forceinline__ void hm_w8_weight_frags(const hm_u32 (&w)[WORDS], int j,
+                                                   hm_u32 (&wf)[hm_w8_traits<C>::frag_regs]) {
+  if constexpr (hm_w8_traits<C>::f16w) {
+    hm_w8_weight_frags_f16<C>(w, j, wf);
+  } else if constexpr (hm_gemm_traits<C>::swap_ab) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) hm_w8_b_frags<C>(w, 2 * j + h, wf[h], wf[2 + h]);
   } else {
@@ -211,12 +248,30 @@ __device__ __forceinline__ void hm_w8_mma(Acc (&c)[N], const hm_u32 (&af)[4], co
     hm_mma_16832(c, af, wf[0], wf[1]);
 }
 
+// f16 codes: c += the f16 MMA of k16 half q, A the weights when swapped; c picks f32 sums
+// or two f16x2 words (acc16).
+template <class C, class Acc, int N>
+__device__ __forceinline__ void hm_w8_mma_f16(Acc (&c)[N], const hm_u32 (&af)[8], const hm_u32 (&wf)[8], int q) {
+  constexpr bool swap = hm_gemm_traits<C>::swap_ab;
+  const hm_u32(&x)[8] = swap ? wf : af;
+  const hm_u32(&y)[8] = swap ? af : wf;
+  const hm_u32 a[4] = {x[4 * q], x[4 * q + 1], x[4 * q + 2], x[4 * q + 3]};
+  if constexpr (N == 2)
+    hm_mma_16816_f16(c, a, y[2 * q], y[2 * q + 1]);
+  else
+    hm_mma_16816<false>(c, a, y[2 * q], y[2 * q + 1]);
+}
+
 // c += the MMA of part p of a k32 step (hm_w8_traits::k_parts): all of it, or nvfp4's K
 // half p through the m16n8k16 MMA on that half's registers of the k32 fragments.
 template <class C, class Acc, int N>
-__device__ __forceinline__ void hm_w8_mma_part(Acc (&c)[N], const hm_u32 (&af)[4], const hm_u32 (&wf)[4],
-                                               int p) {
-  if constexpr (hm_w8_traits<C>::k_parts == 1)
+__device__ __forceinline__ void hm_w8_mma_part(Acc (&c)[N], const hm_u32 (&af)[hm_w8_traits<C>::frag_regs],
+                                               const hm_u32 (&wf)[hm_w8_traits<C>::frag_regs], int p) {
+  if constexpr (hm_w8_traits<C>::f16w) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (hm_w8_traits<C>::k_parts == 1 || q == p) hm_w8_mma_f16<C>(c, af, wf, q);
+  } else if constexpr (hm_w8_traits<C>::k_parts == 1)
     hm_w8_mma<C>(c, af, wf);
   else if constexpr (hm_gemm_traits<C>::swap_ab)
     hm_mma_16816_f8(c, wf[2 * p], wf[2 * p + 1], af[p]);
@@ -226,8 +281,8 @@ __device__ __forceinline__ void hm_w8_mma_part(Acc (&c)[N], const hm_u32 (&af)[4
 
 // One MMA part's sums from zero, in f32: through the f16-accumulator instruction with acc16.
 template <class C>
-__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&af)[4], const hm_u32 (&wf)[4],
-                                                int p) {
+__device__ __forceinline__ void hm_w8_mma_fresh(float (&d)[4], const hm_u32 (&af)[hm_w8_traits<C>::frag_regs],
+                                                const hm_u32 (&wf)[hm_w8_traits<C>::frag_regs], int p) {
   if constexpr (C::acc16) {
     hm_u32 h[2] = {0u, 0u};
     hm_w8_mma_part<C>(h, af, wf, p);
@@ -255,27 +310,52 @@ __device__ __forceinline__ void hm_w8_mma_add(hm_w8_sum_t<C> (&part)[4], const h
   }
 }
 
+// f16 codes: the f16 pairs of a lane's fp8 activation registers x, by k16 half q: as the A
+// operand at f[4q + 2i + h], pair i (bytes 2i, 2i + 1) of x[2q + h] (rows g, g + 8); swapped,
+// as the B operand at f[2q + i], pair i of x[q].
+template <class C>
+__device__ __forceinline__ void hm_w8_act_f16(const hm_u32 (&x)[4], hm_u32 (&f)[8]) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if constexpr (hm_gemm_traits<C>::swap_ab)
+        f[2 * q + i] = hm_e4m3x2_to_f16x2(x[q] >> (16 * i));
+      else
+#pragma unroll
+        for (int h = 0; h < 2; ++h) f[4 * q + 2 * i + h] = hm_e4m3x2_to_f16x2(x[2 * q + h] >> (16 * i));
+    }
+}
+
 // The warp's activation fragments of k32 step s: an m16 A fragment per m block, or, swapped,
 // the n8 B fragment of the 8 token rows (ldmatrix matrix 0: k 0..15 of the step, matrix 1:
-// k 16..31) in af[0][0..1]. acc16 fp8: scaled by 2^-7 (hm_w8_traits::a_div128).
+// k 16..31) in registers 0..1. acc16 fp8: scaled by 2^-7 (hm_w8_traits::a_div128). f16
+// codes: their f16 pairs (hm_w8_act_f16).
 template <class C>
 __device__ __forceinline__ void hm_w8_load_a_frags(unsigned a_base, int wm, int s, int lane,
-                                                   hm_u32 (&af)[hm_w8_traits<C>::mi][4]) {
+                                                   hm_u32 (&af)[hm_w8_traits<C>::mi][hm_w8_traits<C>::frag_regs]) {
   using T = hm_w8_traits<C>;
 #pragma unroll
   for (int m = 0; m < T::mi; ++m) {
+    hm_u32 x[4];
     if constexpr (T::swap_ab) {
       hm_u32 bf[2];
       hm_ldmatrix_x2(bf, a_base + hm_w8_a_offset<C>(lane & 7, s * 2 + ((lane >> 3) & 1)));
-      af[m][0] = bf[0];
-      af[m][1] = bf[1];
+      x[0] = bf[0];
+      x[1] = bf[1];
+      x[2] = x[3] = 0u;
     } else {
       const int r = wm * T::wtm + m * 16 + (lane & 15);
-      hm_ldmatrix_x4(af[m], a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
+      hm_ldmatrix_x4(x, a_base + hm_w8_a_offset<C>(r, s * 2 + (lane >> 4)));
     }
     if constexpr (T::a_div128)
 #pragma unroll
-      for (int i = 0; i < T::act_regs; ++i) af[m][i] = hm_e4m3x4_div128(af[m][i]);
+      for (int i = 0; i < T::act_regs; ++i) x[i] = hm_e4m3x4_div128(x[i]);
+    if constexpr (T::f16w)
+      hm_w8_act_f16<C>(x, af[m]);
+    else
+#pragma unroll
+      for (int i = 0; i < 4; ++i) af[m][i] = x[i];
   }
 }
 
@@ -291,7 +371,7 @@ __device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm
 #pragma unroll
   for (int ss = 0; ss < T::wk_steps; ++ss) {
     const int s = wk * T::wk_steps + ss;
-    hm_u32 af[T::mi][4];
+    hm_u32 af[T::mi][T::frag_regs];
     hm_w8_load_a_frags<C>(a_base, wm, s, lane, af);
 #pragma unroll
     for (int u = 0; u < T::nu; ++u) {
@@ -307,7 +387,7 @@ __device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm
       auto block = unit(us);
 #pragma unroll
       for (int j = 0; j < T::blocks; ++j) {
-        hm_u32 wf[4];
+        hm_u32 wf[T::frag_regs];
         hm_w8_weight_frags<C>(w, j, wf);
 #pragma unroll
         for (int m = 0; m < T::mi; ++m) block(u, j, m, af[m], wf);
@@ -320,8 +400,9 @@ __device__ __forceinline__ void hm_w8_walk_stage(const unsigned char *st, int wm
 template <class C>
 __device__ __forceinline__ void hm_w8_compute_stage(const unsigned char *st, int wm, int wn, int wk, int lane,
                                                     hm_w8_part_t<C> &part) {
+  using T = hm_w8_traits<C>;
   hm_w8_walk_stage<C>(st, wm, wn, wk, lane, [&](int) {
-    return [&](int u, int j, int m, const hm_u32(&af)[4], const hm_u32(&wf)[4]) {
+    return [&](int u, int j, int m, const hm_u32(&af)[T::frag_regs], const hm_u32(&wf)[T::frag_regs]) {
       hm_w8_mma_add<C>(part[u][m][j], af, wf);
     };
   });
@@ -377,7 +458,7 @@ __device__ __forceinline__ void hm_w4_fp4_stage(const unsigned char *st, int wm,
 #pragma unroll
     for (int p = 0; p < T::k_parts; ++p)
       sc[p] = hm_w4_load_scales<C>(st + T::s_off + us * T::fp4_unit_bytes, p, lane);
-    return [&, sc](int u, int j, int m, const hm_u32(&af)[4], const hm_u32(&wf)[4]) {
+    return [&, sc](int u, int j, int m, const hm_u32(&af)[T::frag_regs], const hm_u32(&wf)[T::frag_regs]) {
 #pragma unroll
       for (int p = 0; p < T::k_parts; ++p) {
         float s2[2];

@@ -85,11 +85,25 @@ __device__ __forceinline__ hm_u32 hm_e4m3x4_div128(hm_u32 x) {
   return d;
 }
 
-// Two e4m3 codes (bytes 0 and 1 of x) in f32, exactly (f16 holds every e4m3 value), byte 0
-// in f[0] (sm_89+).
-__device__ __forceinline__ void hm_e4m3x2_to_f32(hm_u32 x, float (&f)[2]) {
+// Two e4m3 codes (bytes 0 and 1 of x) as an f16 pair, exactly (f16 holds every e4m3
+// value), byte 0 in the lower half (sm_89+).
+__device__ __forceinline__ hm_u32 hm_e4m3x2_to_f16x2(hm_u32 x) {
   hm_u32 h;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)x));
+  return h;
+}
+
+// The same two codes in f32, byte 0 in f[0].
+__device__ __forceinline__ void hm_e4m3x2_to_f32(hm_u32 x, float (&f)[2]) {
+  const hm_u32 h = hm_e4m3x2_to_f16x2(x);
   f[0] = hm_h_to_f32<false>(h);
   f[1] = hm_h_to_f32<false>(h >> 16);
+}
+
+// f16 m16n8k16 with f16 accumulators, two f16x2 words (c0,c1 and c2,c3): the acc16 form of
+// the MMAs that W4A8's f16 codes feed (gemm_w8a8_kernel.cuh).
+__device__ __forceinline__ void hm_mma_16816_f16(hm_u32 (&c)[2], const hm_u32 (&a)[4], hm_u32 b0, hm_u32 b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%0, %1};\n"
+      : "+r"(c[0]), "+r"(c[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "engine.h"
 #include "kernels/gemm_config.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "kernels/jit.h"
 #include "kernels/transform_w8.h"
 
@@ -119,6 +120,7 @@ hm_transform_desc hm_transform_desc_of(const hm_layer_config *lc, int arch) {
       .k = lc->k,
       .experts = lc->experts,
       .arch = arch,
+      .w4_f16 = hm_w4a8_f16_codes(f->weight, lc->scheme.act, arch),
   };
 }
 

@@ -22,6 +22,7 @@ typedef struct hm_transform_desc {
   bool zero_point;
   int64_t n, k, experts;
   int arch;
+  bool w4_f16; /* W4A8 e2m1: the f16 codes (hm_w4a8_codes.cuh; hm_w4a8_f16_codes) */
 } hm_transform_desc;
 
 typedef struct hm_transform_sizes {

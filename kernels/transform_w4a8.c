@@ -44,6 +44,8 @@ static hm_status check_desc(const hm_transform_desc *d) {
   if (d->zero_point || d->group_n != 0)
     HM_FAIL(HM_UNSUPPORTED, "W4A8 transform: zero points or block scales");
   const int fmt = format_of(d);
+  if (d->w4_f16 && fmt == HM_W4_INT4)
+    HM_FAIL(HM_UNSUPPORTED, "W4A8 transform: f16 codes are for e2m1 weights");
   if (fmt == HM_W4_E2M1 && (d->scale != HM_E8M0 || d->group != 32 || d->k % 32 != 0))
     HM_FAIL(HM_UNSUPPORTED,
             "W4A8 transform: e2m1 weights take e8m0 scales per 32 on K a multiple of 32 (mxfp4) or f8e4m3 "
@@ -85,9 +87,10 @@ hm_status hm_transform_w4a8_gen(const hm_transform_desc *d, hm_gemm_source *out)
   HM_CHECK(check_desc(d));
   static const char *const names[] = {[HM_W4_INT4] = "i4", [HM_W4_E2M1] = "mxfp4", [HM_W4_NVFP4] = "nvfp4"};
   const int fmt = format_of(d), scale_in = fmt == HM_W4_INT4 ? hm_transform_scale_code(d->scale) : 0;
-  snprintf(out->name, sizeof(out->name), "hm_transform_w4a8_%s_s%d", names[fmt], scale_in);
+  snprintf(out->name, sizeof(out->name), "hm_transform_w4a8_%s_s%d%s", names[fmt], scale_in,
+           d->w4_f16 ? "_w16" : "");
   char targs[32];
-  snprintf(targs, sizeof(targs), "%d, %d", fmt, scale_in);
+  snprintf(targs, sizeof(targs), "%d, %d, %s", fmt, scale_in, d->w4_f16 ? "true" : "false");
   return hm_transform_source(&source_template, targs, d->arch, out);
 }
 

@@ -32,8 +32,9 @@ __device__ __forceinline__ hm_u32 hm_w4_codes4(const hm_w4_transform_params &p, 
   return (word >> (4 * (k % 8))) & 0xffffu;
 }
 
-// One thread per (expert, unit column, k32, lane): the lane's 8 words of one unit.
-template <int FMT>
+// One thread per (expert, unit column, k32, lane): the lane's 8 words of one unit, placed
+// for fp8 operands or, F16, as the f16 codes.
+template <int FMT, bool F16>
 __device__ __forceinline__ void hm_w4_transform_lane(const hm_w4_transform_params &p, long long idx) {
   using L = hm_wlayout<8>;
   const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32;
@@ -46,7 +47,8 @@ __device__ __forceinline__ void hm_w4_transform_lane(const hm_w4_transform_param
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int n = unit * 64 + j * 8 + g, k = k32 * 32 + 4 * t;
-    dst[L::offset(lane, j)] = hm_w4_pack_word(FMT, hm_w4_codes4(p, e, n, k), hm_w4_codes4(p, e, n, k + 16));
+    const hm_u32 lo = hm_w4_codes4(p, e, n, k), hi = hm_w4_codes4(p, e, n, k + 16);
+    dst[L::offset(lane, j)] = F16 ? hm_w4_pack_word_f16(lo, hi) : hm_w4_pack_word(FMT, lo, hi);
   }
 }
 
@@ -69,7 +71,7 @@ __device__ __forceinline__ void hm_w4_transform_fp4_scale(const hm_w4_transform_
   ((unsigned char *)p.out_scales)[idx] = n < p.n && g < groups ? in[(e * p.n + n) * groups + g] : one;
 }
 
-template <int FMT, int SCALE_IN>
+template <int FMT, int SCALE_IN, bool F16>
 __device__ __forceinline__ void hm_w4_transform_run(const hm_w4_transform_params &p) {
   const int n_units = (p.n + 63) / 64, k32s = (p.k + 31) / 32;
   const long long units = p.experts * n_units * k32s;
@@ -78,7 +80,7 @@ __device__ __forceinline__ void hm_w4_transform_run(const hm_w4_transform_params
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (long long)gridDim.x * blockDim.x) {
     if (p.part == 0)
-      hm_w4_transform_lane<FMT>(p, idx);
+      hm_w4_transform_lane<FMT, F16>(p, idx);
     else if constexpr (FMT != HM_W4_INT4)
       hm_w4_transform_fp4_scale<FMT>(p, idx);
     else

@@ -40,8 +40,9 @@ static int make_sources(hm_gemm_source *gen) {
   int count = 0;
   for (size_t s = 0; s < HM_ARRAY_SIZE(shapes) && count < KERNELS; s++) {
     hm_gemm_config base = {0};
-    base.layer = (hm_gemm_layer_part){HM_U4, HM_BF16, HM_BF16,      128,          false,
-                                      false, false,   shapes[s][0], shapes[s][1], 1, 0, HM_ACT_SCALE_NONE};
+    base.layer = (hm_gemm_layer_part){HM_U4, HM_BF16,      HM_BF16,      128, false, false,
+                                      false, shapes[s][0], shapes[s][1], 1,   0,     HM_ACT_SCALE_NONE,
+                                      false};
     base.compute.type = HM_GEMM_DENSE;
     base.arch = 80;
     hm_gemm_plan plan;

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "hm_swap8_tunings.h"
 #include "hm_test.h"
+#include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_gen.h"
 #include "kernels/gemm_select.h"
 #include "kernels/transform.h"
@@ -51,7 +52,8 @@ static inline void tg_add_transform_128(tg_batch *b, hm_dtype weight, hm_dtype s
                                .n = 128,
                                .k = 128,
                                .experts = 1,
-                               .arch = arch};
+                               .arch = arch,
+                               .w4_f16 = hm_w4a8_f16_codes(weight, act, arch)};
   tg_add_transform(b, &d);
 }
 

@@ -100,7 +100,7 @@ static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, co
   const int block = f->block ? 128 : 0;
   c.layer = (hm_gemm_layer_part){f->type, f->type,         f->out,     block, false,
                                  f->bias, f->global_scale, 4096 + 512, 7168,  type == HM_GEMM_DENSE ? 1 : 64,
-                                 block,   f->act_scale};
+                                 block,   f->act_scale,    false};
   c.compute.type = type;
   c.arch = 90;
   c.tuning = *t;
@@ -111,9 +111,19 @@ static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gem
   hm_gemm_config c;
   memset(&c, 0, sizeof(c));
   const bool quant = hm_gemm_weight_bits(f->weight) < 16;
-  c.layer = (hm_gemm_layer_part){
-      f->weight,       f->act,     f->out, quant ? f->group : 0,          f->zero_point, f->bias,
-      f->global_scale, 4096 + 576, 7168,   type == HM_GEMM_DENSE ? 1 : 64, 0, HM_ACT_SCALE_NONE};
+  c.layer = (hm_gemm_layer_part){f->weight,
+                                 f->act,
+                                 f->out,
+                                 quant ? f->group : 0,
+                                 f->zero_point,
+                                 f->bias,
+                                 f->global_scale,
+                                 4096 + 576,
+                                 7168,
+                                 type == HM_GEMM_DENSE ? 1 : 64,
+                                 0,
+                                 HM_ACT_SCALE_NONE,
+                                 false};
   c.compute.type = type;
   c.arch = 90;
   c.tuning = *t;

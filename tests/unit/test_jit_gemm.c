@@ -23,7 +23,9 @@ static void gemm_compiles_for_sm80_sm89_sm90a(void **state) {
   } cases[] = {{80, HM_U4, HM_GEMM_DENSE}, {89, HM_U8, HM_GEMM_INDEXED}, {90, HM_U4, HM_GEMM_GROUPED_MASKED}};
   for (size_t i = 0; i < HM_ARRAY_SIZE(cases); i++) {
     hm_gemm_config base = {0}, cfg;
-    base.layer = (hm_gemm_layer_part){cases[i].weight, HM_BF16, HM_BF16, 128, true, false, false, 2048, 4096, 8, 0, HM_ACT_SCALE_NONE};
+    base.layer =
+        (hm_gemm_layer_part){cases[i].weight,   HM_BF16, HM_BF16, 128, true, false, false, 2048, 4096, 8, 0,
+                             HM_ACT_SCALE_NONE, false};
     base.compute.type = cases[i].type;
     base.arch = cases[i].arch;
     HM_ASSERT_OK(hm_gemm_select(&base, 1, &cfg));

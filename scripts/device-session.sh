@@ -141,11 +141,19 @@ fi
 
 # W4A8 against W8A8 on the same grouped-masked decode shapes (issue #8: MXFP4 at <= 16 rows
 # an expert at least 1.3x the fp8 kernel), our own kernels only.
+# W4A8_F16="0 1" times the W4A8 schemes on both code layouts (HUMMING_W4A8_F16), W8A8 once;
+# W4A8_ARGS adds bench options (--chain 8 --plan heuristic).
 if has w4a8; then
-  for q in ${W4A8_QUANTS:-w4a8-mxfp4 w8a8-fp8}; do
-    for g in ${W4A8_GEMMS:-gate_up down}; do
-      step "w4a8-$q-$g" 120 "$bench" kernel --model deepseek-v3 --quant "$q" --layout masked --gemm "$g" \
-        --m "${W4A8_M:-1,4,16,64}" --baseline none --json "$LOGS/w4a8-$q-$g.json"
+  for f16 in ${W4A8_F16:-0}; do
+    for q in ${W4A8_QUANTS:-w4a8-mxfp4 w8a8-fp8}; do
+      [ "$f16" != 0 ] && [[ $q != w4a8-* ]] && continue
+      for g in ${W4A8_GEMMS:-gate_up down}; do
+        # shellcheck disable=SC2086
+        step "w4a8-$q-$g-f16$f16" 120 env HUMMING_W4A8_F16="$f16" "$bench" kernel --model deepseek-v3 --quant "$q" \
+          --layout masked --gemm "$g" --m "${W4A8_M:-1,4,16,64}" --baseline none ${W4A8_ARGS:-} \
+          --json "$LOGS/w4a8-$q-$g-f16$f16.json"
+        grep -E "^ +[0-9]+ " "$LOGS/w4a8-$q-$g-f16$f16.log" | sed "s/^/w4a8 $q $g f16=$f16: /" | tee -a "$summary"
+      done
     done
   done
 fi

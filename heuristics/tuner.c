@@ -170,6 +170,7 @@ static hm_status run_buckets(hm_engine *e, const hm_tune_request *req, const hm_
     hm_tune_bucket *b = &out->buckets[out->count];
     memset(b, 0, sizeof(*b));
     hm_choose_bucket(req->layer, req->type, i, &b->m_lo, &b->m_hi);
+    if (req->max_m > 0 && b->m_lo >= req->max_m) continue;
     if (!hm_tuner_bucket_timed(req->layer, req->type, b->m_lo, b->m_hi)) {
       HM_INFO(TUNE, "%s M in (%lld, %lld]: too large for the tuner's bench, the heuristic's choice serves",
               hm_gemm_type_name(req->type), (long long)b->m_lo, (long long)b->m_hi);
@@ -201,6 +202,7 @@ hm_status hm_tuner_run(hm_engine *engine, const hm_tune_request *req, hm_tune_re
       (req->shared > 0 && (req->type == HM_GEMM_DENSE || req->shared >= req->layer->top_k)))
     HM_FAIL(HM_INVALID_ARGUMENT, "tune: %d shared experts in a %s launch of top_k %d", req->shared,
             hm_gemm_type_name(req->type), req->layer->top_k);
+  if (req->max_m < 0) HM_FAIL(HM_INVALID_ARGUMENT, "tune: buckets below valid M %lld", (long long)req->max_m);
   if (engine->kind != HM_BACKEND_CUDA) HM_FAIL(HM_UNSUPPORTED, "tuning needs a CUDA engine");
   hm_device_profile p;
   hm_tune_identity id;

@@ -23,6 +23,7 @@ typedef struct hm_tune_request {
   int chain;         /* launches back to back in a sample, as layers run in serving (0: 1, one cold launch) */
   int shared;        /* MoE types: the last experts, which every token takes (fused shared experts) */
   bool a_per_slot;   /* indexed: A holds a row per routed slot (the down GEMM), not per token */
+  int64_t max_m;     /* only the buckets that start below this valid M (0: all) */
 } hm_tune_request;
 
 /* One bucket's outcome; the tuned config is never slower than the analytic one (it is one of the timed). */

@@ -33,3 +33,10 @@ set_tests_properties(test_cli_tune_layer PROPERTIES LABELS unit TIMEOUT 120
                      FAIL_REGULAR_EXPRESSION "experts.gate_up +|dense.down +|unsupported")
 add_test(NAME test_cli_tune_layer_unknown COMMAND humming-moe tune --model deepseek-v3 --plan --layer shared.down)
 set_tests_properties(test_cli_tune_layer_unknown PROPERTIES LABELS unit TIMEOUT 60 WILL_FAIL TRUE)
+# --max-m keeps the buckets that start below a valid M: DeepSeek-V3's masked down up to two
+# tokens (valid M 18) is the buckets of 9 and 33 rows.
+add_test(NAME test_cli_tune_max_m COMMAND humming-moe tune --model deepseek-v3 --quant w4a16 --plan --layout masked
+                                          --layer experts.down --max-m 18)
+set_tests_properties(test_cli_tune_max_m PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "grouped_masked +33 "
+                     FAIL_REGULAR_EXPRESSION "grouped_masked +129 |unsupported")

@@ -6,6 +6,7 @@
  * needed; HUMMING_DEVICE_PROFILE picks the GPU to plan for), and with --plan --gaps where
  * those tables lose to the cost model's best kernel over M (cli/tune_gaps.h).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,16 +25,17 @@ typedef struct tune_opts {
   char quant[HM_OPT_STR_LEN];
   char layout[HM_OPT_STR_LEN];
   char layer[HM_OPT_STR_LEN];
-  int64_t tp, ep, candidates, reps, chain;
+  int64_t tp, ep, candidates, reps, chain, max_m;
   bool plan, gaps, help;
 } tune_opts;
 
-static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_device_profile *p) {
+static int plan_layer(const hm_model_layer *l, hm_gemm_type type, const hm_device_profile *p, int64_t max_m) {
   for (int b = 0; b < hm_choose_bucket_count(); b++) {
     int64_t lo, hi;
     hm_gemm_config cfg;
     double predicted = 0;
     hm_choose_bucket(&l->config, type, b, &lo, &hi);
+    if (max_m > 0 && lo >= max_m) break;
     if (hm_choose_config(&l->config, type, p, lo, hi, &cfg, &predicted) != HM_OK) {
       printf("  %-16s %-18s unsupported: %s\n", l->role, hm_gemm_type_name(type), hm_last_error());
       return 0;
@@ -57,7 +59,8 @@ static int tune_layer(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, 
                                .reps = (int)o->reps,
                                .chain = (int)o->chain,
                                .shared = l->shared,
-                               .a_per_slot = l->a_per_slot};
+                               .a_per_slot = l->a_per_slot,
+                               .max_m = o->max_m};
   hm_tune_result r;
   if (hm_tuner_run(e, &req, &r) != HM_OK || hm_tune_table_store(root, r.entries, r.count) != HM_OK) {
     fprintf(stderr, "humming-moe tune: %s: %s\n", l->role, hm_last_error());
@@ -108,6 +111,10 @@ static int parse(int argc, char **argv, tune_opts *o) {
       {"--chain", HM_OPT_INT, &o->chain, 1, 64, "R",
        "launches back to back in a sample, each on other weights, as layers run in serving (default 1)",
        NULL},
+      {"--max-m", HM_OPT_INT, &o->max_m, 1, INT64_MAX, "M",
+       "only the buckets that start below this valid M (the valid_M column: tokens x top_k for MoE "
+       "layouts); the table keeps its other entries",
+       NULL},
       {"--plan", HM_OPT_FLAG, &o->plan, 0, 0, NULL, "print the analytic choices, time nothing", NULL},
       {"--gaps", HM_OPT_FLAG, &o->gaps, 0, 0, NULL,
        "with --plan: where the tables lose to the cost model's best kernel, over token counts", NULL},
@@ -153,7 +160,7 @@ static int layer_types(const hm_model_layer *l, const char *layout, hm_gemm_type
 /* One GEMM type of one layer, as the options ask: the gaps, the plan, or a tuning run. */
 static int run_type(hm_engine *e, const hm_model_layer *l, hm_gemm_type type, const tune_opts *o,
                     const hm_device_profile *p, const char *root) {
-  if (!o->gaps) return o->plan ? plan_layer(l, type, p) : tune_layer(e, l, type, o, root);
+  if (!o->gaps) return o->plan ? plan_layer(l, type, p, o->max_m) : tune_layer(e, l, type, o, root);
   if (hm_cli_tune_gaps(l, type, p) == HM_OK) return 0;
   fprintf(stderr, "humming-moe tune: %s: %s\n", l->role, hm_last_error());
   return 1;

@@ -20,7 +20,7 @@ static hm_engine *engine;
 
 static void tune_one_small_layer(hm_gemm_type type, int chain, int shared) {
   const hm_layer_config lc = hm_test_layer_config("w4a16", 1024, 2048, 8, 2);
-  const hm_tune_request req = {&lc, type, 3, 9, chain, shared, false};
+  const hm_tune_request req = {&lc, type, 3, 9, chain, shared, false, 0};
   hm_tune_result r;
   HM_ASSERT_OK(hm_tuner_run(engine, &req, &r));
   assert_true(r.count > 0);

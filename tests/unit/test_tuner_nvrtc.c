@@ -175,7 +175,7 @@ static void tune_checked(const char *quant, hm_gemm_type type, int chain, int sh
   run.lc = hm_test_layer_config(quant, 512, 1024, 8, 2);
   run.type = type;
   run.shared = shared;
-  const hm_tune_request req = {&run.lc, type, 1, 1, chain, shared, a_per_slot};
+  const hm_tune_request req = {&run.lc, type, 1, 1, chain, shared, a_per_slot, 0};
   hm_tune_result *r = malloc(sizeof(*r));
   assert_non_null(r);
   HM_ASSERT_OK(hm_tuner_run(&engine, &req, r));

@@ -144,20 +144,21 @@ static void dense_buckets_are_timed_up_to_the_largest_valid_m(void **state) {
   }
 }
 
-/* A request whose shared experts leave no routed slot, or that names them on a dense
- * launch, is refused before anything is compiled or timed. */
+/* A request whose shared experts leave no routed slot, that names them on a dense launch,
+ * or whose bucket bound is negative, is refused before anything is compiled or timed. */
 static void tune_requests_with_impossible_shared_experts_are_refused(void **state) {
   (void)state;
   hm_engine *eng = hm_test_host_engine();
   const hm_layer_config lc = hm_test_layer_config("w4a16", 1024, 2048, 8, 2);
   hm_tune_result *r = malloc(sizeof(*r));
   assert_non_null(r);
-  const hm_tune_request bad[] = {{&lc, HM_GEMM_GROUPED_MASKED, 0, 0, 0, 2, false},
-                                 {&lc, HM_GEMM_INDEXED, 0, 0, 0, -1, false},
-                                 {&lc, HM_GEMM_DENSE, 0, 0, 0, 1, false}};
+  const hm_tune_request bad[] = {{&lc, HM_GEMM_GROUPED_MASKED, 0, 0, 0, 2, false, 0},
+                                 {&lc, HM_GEMM_INDEXED, 0, 0, 0, -1, false, 0},
+                                 {&lc, HM_GEMM_DENSE, 0, 0, 0, 1, false, 0},
+                                 {&lc, HM_GEMM_GROUPED_MASKED, 0, 0, 0, 1, false, -1}};
   for (size_t i = 0; i < HM_ARRAY_SIZE(bad); i++)
     assert_int_equal(hm_tuner_run(eng, &bad[i], r), HM_INVALID_ARGUMENT);
-  const hm_tune_request fine = {&lc, HM_GEMM_GROUPED_MASKED, 0, 0, 0, 1, false};
+  const hm_tune_request fine = {&lc, HM_GEMM_GROUPED_MASKED, 0, 0, 0, 1, false, 0};
   assert_int_equal(hm_tuner_run(eng, &fine, r), HM_UNSUPPORTED); /* a host engine times nothing */
   free(r);
   hm_engine_destroy(eng);

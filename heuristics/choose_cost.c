@@ -241,10 +241,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double tensor_us = r.compute_us * (padded_flops / fmax(r.flops, 1.0));
   const bool quantized = hm_gemm_weight_bits(cfg->layer.weight) < 16;
   const double dequant_weights = quantized ? tiles * t->bn * k_iters * t->bk : 0.0;
-  /* W4A8's f16 codes widen with integer ops as 4-bit codes do (the 4-bit rate: assumed,
-   * not yet timed); the activations' unpack, once a k-step for all MMA blocks, is left out. */
-  const bool unpacks =
-      t->mma == HM_MMA_SYNC && cfg->arch >= 90 && cfg->layer.act == HM_F8E4M3 && !cfg->layer.w4_f16;
+  /* W4A8's f16 codes (HUMMING_W4A8_F16) are priced as the fp8 operands until their rate is
+   * timed, so that both layouts get the same tables and compare kernel for kernel. */
+  const bool unpacks = t->mma == HM_MMA_SYNC && cfg->arch >= 90 && cfg->layer.act == HM_F8E4M3;
   const double dequant_rate = unpacks ? F8_UNPACK_WEIGHTS_PER_SM_US : DEQUANT_WEIGHTS_PER_SM_US;
   const double dequant_us = dequant_weights / (dequant_rate * p->sm_count * sm_share);
   double efficiency = t->mma == HM_MMA_WGMMA ? wgmma_tile_efficiency(t) : warp_tile_efficiency(t);

@@ -25,6 +25,9 @@ __device__ __forceinline__ int hm_expert_rows(const hm_gemm_params &p, int e) {
 }
 
 // m-tiles of this launch. Grouped types leave in prefix[e] the m-tiles of experts 0..e.
+// The first warp reads the counts of up to 512 experts before it scans them, so that the
+// launch waits one round trip for them, not one per 32 experts (they are the previous
+// kernel's output, read after the grid dependency, on every launch's critical path).
 template <class C>
 __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
   if constexpr (C::gemm_type == HM_GT_DENSE) {
@@ -33,18 +36,28 @@ __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
     return (*p.num_padded + C::bm - 1) / C::bm;
   } else {
     if (threadIdx.x < 32) {
+      constexpr int batches = (C::experts + 31) / 32, ahead = batches < 16 ? batches : 16;
       const int lane = threadIdx.x;
       int carry = 0;
-      for (int base = 0; base < C::experts; base += 32) {
-        const int e = base + lane;
-        int v = e < C::experts ? (hm_expert_rows<C>(p, e) + C::bm - 1) / C::bm : 0;
+      for (int b0 = 0; b0 < batches; b0 += ahead) {
+        int rows[ahead];
 #pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-          const int u = __shfl_up_sync(0xffffffffu, v, d);
-          if (lane >= d) v += u;
+        for (int i = 0; i < ahead; ++i) {
+          const int e = (b0 + i) * 32 + lane;
+          rows[i] = e < C::experts ? hm_expert_rows<C>(p, e) : 0;
         }
-        if (e < C::experts) prefix[e] = carry + v;
-        carry += __shfl_sync(0xffffffffu, v, 31);
+#pragma unroll
+        for (int i = 0; i < ahead; ++i) {
+          const int e = (b0 + i) * 32 + lane;
+          int v = (rows[i] + C::bm - 1) / C::bm;
+#pragma unroll
+          for (int d = 1; d < 32; d <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, v, d);
+            if (lane >= d) v += u;
+          }
+          if (e < C::experts) prefix[e] = carry + v;
+          carry += __shfl_sync(0xffffffffu, v, 31);
+        }
       }
     }
     __syncthreads();

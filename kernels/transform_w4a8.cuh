@@ -3,11 +3,12 @@
 // LSB-first, eight a word) into the units the W8A8 kernel reads for W4A8
 // (gemm_w8a8_kernel.cuh): 32 (k) x 64 (n) codes, 1024 bytes, lane l (g = l / 4, t = l % 4)
 // holding in word j the fragment pair of column j*8+g, k 4t..4t+3 and 16+4t..16+4t+3, as
-// hm_w4_pack_word places it (hm_w4a8_codes.cuh), in hm_wlayout<8> word order (two 16-byte
-// loads a lane). Scales: int4 per channel into f32 divided by 16 (its codes widen to 16 q);
-// mxfp4 e8m0 bytes stay bytes, permuted to (E, N/64, K/32) blocks of 64 where lane t of a
-// quad finds its 16 (columns j*8 + 2t, j*8 + 2t + 1 for j = 0..7) at byte 16 t; nvfp4 e4m3
-// bytes the same, two such blocks of 64 a unit and k32 step, one per K half of 16.
+// hm_w4_pack_word places it (or, for f16 codes, hm_w4_pack_word_f16: hm_w4a8_codes.cuh),
+// in hm_wlayout<8> word order (two 16-byte loads a lane). Scales: int4 per channel into f32
+// divided by 16 (its codes widen to 16 q); mxfp4 e8m0 bytes stay bytes, permuted to
+// (E, N/64, K/32) blocks of 64 where lane t of a quad finds its 16 (columns j*8 + 2t,
+// j*8 + 2t + 1 for j = 0..7) at byte 16 t; nvfp4 e4m3 bytes the same, two such blocks of
+// 64 a unit and k32 step, one per K half of 16.
 #pragma once
 
 #include "hm_w4a8_codes.cuh"

@@ -111,19 +111,9 @@ static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gem
   hm_gemm_config c;
   memset(&c, 0, sizeof(c));
   const bool quant = hm_gemm_weight_bits(f->weight) < 16;
-  c.layer = (hm_gemm_layer_part){f->weight,
-                                 f->act,
-                                 f->out,
-                                 quant ? f->group : 0,
-                                 f->zero_point,
-                                 f->bias,
-                                 f->global_scale,
-                                 4096 + 576,
-                                 7168,
-                                 type == HM_GEMM_DENSE ? 1 : 64,
-                                 0,
-                                 HM_ACT_SCALE_NONE,
-                                 false};
+  c.layer = (hm_gemm_layer_part){
+      f->weight,       f->act,     f->out, quant ? f->group : 0,          f->zero_point, f->bias,
+      f->global_scale, 4096 + 576, 7168,   type == HM_GEMM_DENSE ? 1 : 64, 0, HM_ACT_SCALE_NONE, false};
   c.compute.type = type;
   c.arch = 90;
   c.tuning = *t;

@@ -28,7 +28,7 @@
 // pair p (p = 0..3) holds in its half h the code of lane p of half h: magnitude (e1 e0 m)
 // at bits 9-3p..11-3p of the half, sign at bit 15-p. So pair p is the word shifted left
 // by 3p under the magnitude mask and by p under the sign mask: pair 0 one AND, twelve
-// operations a word in all (nibbles take sixteen). Pairs 0 and 1 carry b0's codes 0, 1
+// operations a word in all (nibbles take fifteen). Pairs 0 and 1 carry b0's codes 0, 1
 // and 2, 3 (k 4t..4t+3), pairs 2 and 3 b1's: pair 2q + i is the k16 half q's f16 register
 // i of an m16n8k16 B fragment, k 2t, 2t+1 of it standing for k 4t+2i, 4t+2i+1, as the
 // activations' converted registers do (gemm_w8a8_kernel.cuh).

@@ -5,8 +5,8 @@
  * 8-bit mma.sync, so ptxas unpacks each fp8 register with two cvt.rn.f16x2.e4m3x2
  * (F2FP.UNPACK_B), four codes a word; the alternative widens eight e2m1 codes a word
  * straight into f16 pairs with shifts and LOP3s, each code's sign at bit 15 and its
- * exponent and mantissa at bits 11-9 (the value times 2^-14), from nibbles or from a
- * layout that places the codes for fewer operations (e2m1_code). Each thread converts a
+ * exponent and mantissa at bits 11-9 (the value times 2^-14), from nibbles or from the
+ * f16 codes the W4A8 kernel reads (hm_w4_widen_e2m1_f16; e2m1_code). Each thread converts a
  * stream of words (an LCG) on eight independent chains and XORs what it made into one
  * word; a small launch is checked against the host's conversion of every word, then a
  * large one is timed, beside the same loop converting nothing (its LCG and XORs alone).
@@ -30,11 +30,8 @@
 #define E4M3_FINITE 0x7e7e7e7eu
 
 static const char unpack_text[] =
-    "__device__ __forceinline__ unsigned hm_unpack2(unsigned short x) {\n"
-    "  unsigned h;\n"
-    "  asm volatile(\"cvt.rn.f16x2.e4m3x2 %0, %1;\" : \"=r\"(h) : \"h\"(x));\n"
-    "  return h;\n"
-    "}\n"
+    "#include \"hm_mma8.cuh\"\n"
+    "#include \"hm_w4a8_codes.cuh\"\n"
     "__device__ __forceinline__ unsigned hm_convert(unsigned w) {\n"
     "#if HM_CONVERSION == 0\n"
     "  return w;\n"
@@ -44,14 +41,12 @@ static const char unpack_text[] =
     "         (((w << 4) & 0x80008000u) | ((w << 1) & 0x0e000e00u)) ^\n"
     "         ((w & 0x80008000u) | ((w >> 3) & 0x0e000e00u));\n"
     "#elif HM_CONVERSION == 3\n"
-    "  const unsigned w1 = w << 1, w3 = w << 3;\n"
-    "  return (w & 0x8e008e00u) ^\n"
-    "         ((w3 & 0x0e000e00u) | (w1 & 0x80008000u)) ^\n"
-    "         (((w << 6) & 0x0e000e00u) | ((w << 2) & 0x80008000u)) ^\n"
-    "         (((w << 9) & 0x0e000e00u) | (w3 & 0x80008000u));\n"
+    "  unsigned f[4];\n"
+    "  hm_w4_widen_e2m1_f16(w, f);\n"
+    "  return f[0] ^ f[1] ^ f[2] ^ f[3];\n"
     "#else\n"
     "  w &= HM_E4M3_FINITE;\n"
-    "  return hm_unpack2((unsigned short)w) ^ hm_unpack2((unsigned short)(w >> 16));\n"
+    "  return hm_e4m3x2_to_f16x2(w) ^ hm_e4m3x2_to_f16x2(w >> 16);\n"
     "#endif\n"
     "}\n"
     "extern \"C\" __global__ void __launch_bounds__(HM_THREADS) hm_unpack_rate(int iters, unsigned *out) {\n"
@@ -81,7 +76,7 @@ static const conversion conversions[] = {
     {"none (the loop alone)", CONVERT_NONE, 0},
     {"fp8 unpack (cvt e4m3x2)", CONVERT_E4M3, 4},
     {"e2m1 -> f16 (shift, lop3)", CONVERT_E2M1, 8},
-    {"e2m1 -> f16 (sign, 3-bit lanes)", CONVERT_E2M1_LANES, 8},
+    {"e2m1 -> f16 (f16 codes)", CONVERT_E2M1_LANES, 8},
 };
 
 static hm_engine *engine;

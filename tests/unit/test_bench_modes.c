@@ -129,11 +129,10 @@ static void kernel_mode_chains(void **state) {
 static void kernel_mode_fused_shared_expert(void **state) {
   (void)state;
   char args[512];
-  snprintf(
-      args, sizeof(args),
-      "kernel --backend host --model deepseek-mini --layout masked --gemm down --m 1,4 --iters 2 --warmup 1 "
-      "--json %s/run.json",
-      dir);
+  snprintf(args, sizeof(args),
+           "kernel --backend host --model deepseek-mini --layout masked --gemm down --m 1,4 --iters 2 --warmup 1 "
+           "--json %s/run.json",
+           dir);
   expect_ok(args);
   json_t *doc = load_rows(2);
   check_sized_rows(doc, (const int64_t[]){1, 4}, 2);

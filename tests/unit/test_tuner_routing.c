@@ -146,7 +146,7 @@ static void dense_buckets_are_timed_up_to_the_largest_valid_m(void **state) {
 
 /* A request whose shared experts leave no routed slot, that names them on a dense launch,
  * or whose bucket bound is negative, is refused before anything is compiled or timed. */
-static void tune_requests_with_impossible_shared_experts_are_refused(void **state) {
+static void impossible_tune_requests_are_refused(void **state) {
   (void)state;
   hm_engine *eng = hm_test_host_engine();
   const hm_layer_config lc = hm_test_layer_config("w4a16", 1024, 2048, 8, 2);
@@ -171,7 +171,7 @@ int main(void) {
       cmocka_unit_test(refuses_impossible_routing),
       cmocka_unit_test(masked_buckets_stop_where_their_rows_outgrow_the_bench),
       cmocka_unit_test(dense_buckets_are_timed_up_to_the_largest_valid_m),
-      cmocka_unit_test(tune_requests_with_impossible_shared_experts_are_refused),
+      cmocka_unit_test(impossible_tune_requests_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

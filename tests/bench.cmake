@@ -16,10 +16,10 @@ target_compile_definitions(test_bench_plan PRIVATE HM_BENCH_EXE="$<TARGET_FILE:h
 add_dependencies(test_bench_plan humming-moe-bench)
 # The comm mode initializes MPI as a singleton, which Open MPI refuses to root without these.
 set_tests_properties(test_bench_modes PROPERTIES
-                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
+                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${HM_TEST_CACHE_DIR}")
 
 add_test(NAME test_bench_comm_mpi
          COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 4 $<TARGET_FILE:humming-moe-bench> comm --backend host
                  --model tiny --m 1,16 --iters 3 --warmup 1)
 set_tests_properties(test_bench_comm_mpi PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE
-                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
+                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${HM_TEST_CACHE_DIR}")

@@ -15,7 +15,7 @@ set_tests_properties(test_cli_tune_layout PROPERTIES LABELS unit TIMEOUT 120
 # to local memory; the tiny model's weight-only tables on sm_80 have none.
 add_test(NAME test_cli_precompile COMMAND humming-moe precompile --model tiny --quant w4a16 --arch sm_80)
 set_tests_properties(test_cli_precompile PROPERTIES LABELS unit TIMEOUT 300
-                     ENVIRONMENT "HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache"
+                     ENVIRONMENT "HUMMING_CACHE_DIR=${HM_TEST_CACHE_DIR}"
                      PASS_REGULAR_EXPRESSION "precompile: 0 of [0-9]+ kernels spill registers")
 # --gaps walks the token counts and prices each layer's table against the cost model's
 # best kernel; without --plan it is refused.

@@ -3,7 +3,7 @@
 # and the ctypes module under plain python3 (host backend) and under torch (GPU).
 # The Python tests find the library through HUMMING_LIBHUMMING; a sanitizer build
 # preloads the ASan runtime into python3, which was not linked with it.
-set(HM_EMBED_ENV "HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
+set(HM_EMBED_ENV "HUMMING_CACHE_DIR=${HM_TEST_CACHE_DIR}")
 
 add_test(NAME test_example_embed COMMAND humming-moe-embed-example --backend host --tokens 8)
 set_tests_properties(test_example_embed PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT "${HM_EMBED_ENV}")

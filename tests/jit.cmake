@@ -6,4 +6,4 @@ add_test(NAME test_cache_mpi_second_run
 set_tests_properties(test_cache_mpi PROPERTIES FIXTURES_SETUP jit_mpi_cache)
 set_tests_properties(test_cache_mpi_second_run PROPERTIES
                      LABELS mpi TIMEOUT 600 RUN_SERIAL TRUE FIXTURES_REQUIRED jit_mpi_cache
-                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache")
+                     ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${HM_TEST_CACHE_DIR}")

@@ -88,7 +88,9 @@ static hm_status base_config(const hm_layer_config *lc, hm_gemm_type type, const
                              hm_gemm_config *out) {
   HM_CHECK_NOT_NULL(lc);
   HM_CHECK_NOT_NULL(p);
-  return hm_gemm_config_from_layer(lc, type, p->arch, out);
+  HM_CHECK(hm_gemm_config_from_layer(lc, type, p->arch, out));
+  /* Checked before the candidates, which it would turn down one by one in silence. */
+  return hm_gemm_config_check_layer(out);
 }
 
 int hm_choose_token_rows(const hm_layer_config *lc, hm_gemm_type type) {

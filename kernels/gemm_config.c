@@ -63,7 +63,7 @@ hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type
   return HM_OK;
 }
 
-static hm_status check_layer(const hm_gemm_config *cfg) {
+hm_status hm_gemm_config_check_layer(const hm_gemm_config *cfg) {
   const hm_gemm_layer_part *l = &cfg->layer;
   const int bits = hm_gemm_weight_bits(l->weight);
   if (cfg->compute.f16_acc) HM_CHECK(hm_gemm_f16_acc_check(l));
@@ -143,7 +143,7 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
 
 hm_status hm_gemm_config_check(const hm_gemm_config *cfg) {
   HM_CHECK_NOT_NULL(cfg);
-  HM_CHECK(check_layer(cfg));
+  HM_CHECK(hm_gemm_config_check_layer(cfg));
   HM_CHECK(check_tuning(cfg));
   return hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_check_tuning(cfg) : HM_OK;
 }

@@ -68,6 +68,9 @@ typedef struct hm_gemm_config {
 hm_status hm_gemm_config_from_layer(const hm_layer_config *lc, hm_gemm_type type, int arch, hm_gemm_config *out);
 /* Checks that the kernel can be built and run: formats, shapes, tile shape, shared memory. */
 hm_status hm_gemm_config_check(const hm_gemm_config *cfg);
+/* The part of hm_gemm_config_check that no tuning changes: the layer's types, shape and
+ * scales. A layer it refuses has no legal tuning, and this error says why. */
+hm_status hm_gemm_config_check_layer(const hm_gemm_config *cfg);
 /* A short tag of a GEMM type for names and keys ("dense", "idx", "gcont", "gmask"). */
 const char *hm_gemm_type_tag(hm_gemm_type type);
 /* The kernel's entry name, unique per config ("hm_gemm_dense_u4z_g128_..."). */

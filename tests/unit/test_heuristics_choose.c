@@ -2,11 +2,11 @@
 /*
  * The analytic choice on every model preset, format (weight-only and W8A8) and profile
  * (h20, h200, a100): every chosen config is legal and fits the profile, a layer the kernels
- * do not take is refused for its own reason, its predicted time
- * is never below the roofline, the M intervals cover all M, the H20 and H200 choices
- * part where the cost model says they should, W8A8 on the H200 moves from mma.sync at
- * decode to the wgmma kernel at thousands of rows per expert, and MoE decode buckets and
- * schedules follow what the H200 measured (docs/PERF.md, eighth session).
+ * do not take is refused for its own reason, the predicted time is never below the
+ * roofline, the M intervals cover all M, the H20 and H200 choices part where the cost
+ * model says they should, W8A8 on the H200 moves from mma.sync at decode to the wgmma
+ * kernel at thousands of rows per expert, and MoE decode buckets and schedules follow
+ * what the H200 measured (docs/PERF.md, eighth session).
  */
 #include <math.h>
 #include <stdio.h>

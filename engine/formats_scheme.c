@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Named quantization schemes (the --quant names) and GEMM type names. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -11,11 +12,9 @@ struct scheme_entry {
 };
 
 #define W(wt, st, kind, gk, gn, zp, gs) {wt, st, kind, gk, gn, zp, gs}
+/* The schemes with a name of their own; weight-only ones are spelled by their parts. */
 static const struct scheme_entry schemes[] = {
     {"bf16", {W(HM_BF16, HM_BF16, HM_SCALE_NONE, 0, 0, false, false), HM_BF16, HM_ACT_SCALE_NONE}},
-    {"w4a16", {W(HM_U4, HM_BF16, HM_SCALE_GROUP, 128, 0, true, false), HM_BF16, HM_ACT_SCALE_NONE}},
-    {"w4a16-sym", {W(HM_I4, HM_BF16, HM_SCALE_GROUP, 128, 0, false, false), HM_BF16, HM_ACT_SCALE_NONE}},
-    {"w8a16", {W(HM_U8, HM_BF16, HM_SCALE_GROUP, 128, 0, false, false), HM_BF16, HM_ACT_SCALE_NONE}},
     {"w8a8-fp8",
      {W(HM_F8E4M3, HM_F32, HM_SCALE_BLOCK, 128, 128, false, false), HM_F8E4M3, HM_ACT_SCALE_GROUP128}},
     {"w8a8-fp8-ch",
@@ -29,6 +28,47 @@ static const struct scheme_entry schemes[] = {
 };
 #undef W
 
+/* Advances *p past prefix if it starts there. */
+static bool take(const char **p, const char *prefix) {
+  const size_t len = strlen(prefix);
+  if (strncmp(*p, prefix, len) != 0) return false;
+  *p += len;
+  return true;
+}
+
+/*
+ * w<B>a16[-sym][-g<G>|-ch] (HM_QUANT_SCHEMES): B-bit codes with bf16 activations and
+ * scales, per group of G along K (128 unless said) or per channel. Unsigned codes carry
+ * zero points (GPTQ's and AWQ's asymmetric form), except 8-bit ones, centred at 128; -sym
+ * codes are centred: i4 and i8 where they exist, else unsigned ones around 2^(B-1).
+ */
+static bool parse_weight_only(const char *name, hm_quant_scheme *out) {
+  static const hm_dtype unsigned_codes[] = {HM_U1, HM_U2, HM_U3, HM_U4, HM_U5, HM_U6, HM_U7, HM_U8};
+  const char *p = name;
+  if (p[0] != 'w' || p[1] < '1' || p[1] > '8') return false;
+  const int bits = p[1] - '0';
+  p += 2;
+  if (!take(&p, "a16")) return false;
+  const bool sym = take(&p, "-sym");
+  hm_quant_format w = {unsigned_codes[bits - 1], HM_BF16, HM_SCALE_GROUP, 128, 0, !sym && bits < 8, false};
+  if (sym && (bits == 4 || bits == 8)) w.weight = bits == 4 ? HM_I4 : HM_I8;
+  if (take(&p, "-ch")) {
+    w.scale_kind = HM_SCALE_CHANNEL;
+    w.group_k = 0;
+  } else if (take(&p, "-g")) {
+    static const char *const groups[] = {"16", "32", "64", "128"};
+    bool known = false;
+    for (size_t i = 0; i < HM_ARRAY_SIZE(groups) && !known; i++)
+      if (strcmp(p, groups[i]) == 0) known = true;
+    if (!known) return false;
+    w.group_k = atoi(p);
+    p += strlen(p);
+  }
+  if (*p != '\0') return false;
+  *out = (hm_quant_scheme){w, HM_BF16, HM_ACT_SCALE_NONE};
+  return true;
+}
+
 hm_status hm_quant_scheme_parse(const char *name, hm_quant_scheme *out) {
   HM_CHECK_NOT_NULL(name);
   HM_CHECK_NOT_NULL(out);
@@ -38,10 +78,8 @@ hm_status hm_quant_scheme_parse(const char *name, hm_quant_scheme *out) {
       return HM_OK;
     }
   }
-  HM_FAIL(HM_INVALID_ARGUMENT,
-          "unknown quantization scheme '%s' (bf16, w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-fp8-ch, "
-          "w8a8-int8, w4a8-mxfp4, w4a8-int4, w4a8-nvfp4)",
-          name);
+  if (parse_weight_only(name, out)) return HM_OK;
+  HM_FAIL(HM_INVALID_ARGUMENT, "unknown quantization scheme '%s' (%s)", name, HM_QUANT_SCHEMES);
 }
 
 static const char *scale_kind_name(hm_scale_kind kind) {

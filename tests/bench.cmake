@@ -23,3 +23,11 @@ add_test(NAME test_bench_comm_mpi
                  --model tiny --m 1,16 --iters 3 --warmup 1)
 set_tests_properties(test_bench_comm_mpi PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE
                      ENVIRONMENT "${HM_MPI_ENV};HUMMING_CACHE_DIR=${HM_TEST_CACHE_DIR}")
+
+# A weight-only scheme spelled by its parts (u3 with zero points in groups of 64) runs and
+# checks against the host reference, a layer partly in a 64-row group and an odd M.
+add_test(NAME test_bench_scheme_parts
+         COMMAND humming-moe-bench kernel --backend host --model tiny --quant w3a16-g64 --m 1,7 --iters 1
+                 --warmup 0)
+set_tests_properties(test_bench_scheme_parts PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "# OK: 2 sizes, #wrong 0")

@@ -40,3 +40,12 @@ add_test(NAME test_cli_tune_max_m COMMAND humming-moe tune --model deepseek-v3 -
 set_tests_properties(test_cli_tune_max_m PROPERTIES LABELS unit TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "grouped_masked +33 "
                      FAIL_REGULAR_EXPRESSION "grouped_masked +129 |unsupported")
+# gpt-oss-120b's K = 2880 is no whole number of 128-groups: w4a16 is refused for it, and
+# w4a16-g32 (groups of 32, as its checkpoints come) gets every table.
+add_test(NAME test_cli_tune_scheme_parts COMMAND humming-moe tune --model gpt-oss-120b --quant w4a16-g32 --plan)
+set_tests_properties(test_cli_tune_scheme_parts PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "experts.down +grouped_masked"
+                     FAIL_REGULAR_EXPRESSION "unsupported|rror")
+add_test(NAME test_cli_tune_scheme_refused COMMAND humming-moe tune --model gpt-oss-120b --quant w4a16 --plan)
+set_tests_properties(test_cli_tune_scheme_refused PROPERTIES LABELS unit TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "group size 128 must be a multiple of 16 dividing K=2880")

@@ -49,11 +49,20 @@ typedef struct hm_quant_scheme {
 } hm_quant_scheme;
 
 /*
- * Parses a scheme name: bf16, w4a16 (u4 + zero points, bf16 g128), w4a16-sym (i4),
- * w8a16, w8a8-fp8 (128x128 blocks, 1x128 activations), w8a8-fp8-ch (per channel, per
- * token), w8a8-int8, w4a8-mxfp4, w4a8-int4, w4a8-nvfp4. HM_INVALID_ARGUMENT for an
- * unknown name.
+ * The scheme names hm_quant_scheme_parse takes. Weight-only schemes are spelled by their
+ * parts, w<B>a16[-sym][-g<G>|-ch]: B-bit codes (B = 1..8) with bf16 activations; unsigned
+ * with zero points (8-bit ones centred at 128 instead), or with -sym centred (i4 and i8 for
+ * B = 4 and 8); scales per group of G = 16, 32, 64 or 128 along K (128 unless said) or per
+ * channel (-ch). So w4a16 is GPTQ/AWQ's u4 with zero points in groups of 128, w4a16-sym
+ * i4, w3a16-g64 u3 with zero points in groups of 64. The others: w8a8-fp8 (128x128
+ * blocks, 1x128 activations), w8a8-fp8-ch (per channel, per token), w8a8-int8,
+ * w4a8-mxfp4, w4a8-int4, w4a8-nvfp4.
  */
+#define HM_QUANT_SCHEMES                                                                        \
+  "bf16, w<B>a16[-sym][-g<G>|-ch] (B 1-8, G 16|32|64|128: w4a16, w4a16-sym, w8a16, w3a16-g64, " \
+  "...), w8a8-fp8, w8a8-fp8-ch, w8a8-int8, w4a8-mxfp4, w4a8-int4, w4a8-nvfp4"
+
+/* Parses a scheme name (HM_QUANT_SCHEMES). HM_INVALID_ARGUMENT for an unknown name. */
 HM_API hm_status hm_quant_scheme_parse(const char *name, hm_quant_scheme *out);
 /* Writes a short name of the scheme ("w4a16 u4 g128 zp") into buf. */
 HM_API void hm_quant_scheme_describe(const hm_quant_scheme *scheme, char *buf, size_t len);

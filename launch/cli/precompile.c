@@ -116,7 +116,7 @@ static int run_stats(const hm_model_kernels *k) {
 static int parse(int argc, char **argv, precompile_opts *o, int *arch) {
   const hm_opt table[] = {
       {"--model", HM_OPT_STR, o->model, 0, 0, "NAME", "model preset", NULL},
-      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME", "quantization scheme (w4a16, w8a16, ...)", NULL},
+      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME", "quantization scheme: " HM_QUANT_SCHEMES, NULL},
       {"--arch", HM_OPT_STR, o->arch, 0, 0, "sm_XX", "target arch (sm_80, sm_89, sm_90a, sm_100a)", NULL},
       {"--tp", HM_OPT_INT, &o->tp, 1, 4096, "N", "tensor-parallel ranks (shapes of one rank)", NULL},
       {"--ep", HM_OPT_INT, &o->ep, 1, 4096, "N", "expert-parallel ranks", NULL},

@@ -95,10 +95,7 @@ static bool layout_selects(const char *layout, size_t i) {
 static int parse(int argc, char **argv, tune_opts *o) {
   const hm_opt table[] = {
       {"--model", HM_OPT_STR, o->model, 0, 0, "NAME", "model preset", NULL},
-      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME",
-       "quantization scheme (bf16, w4a16, w4a16-sym, w8a16, w8a8-fp8, w8a8-fp8-ch, w8a8-int8, w4a8-mxfp4, "
-       "w4a8-int4, w4a8-nvfp4)",
-       NULL},
+      {"--quant", HM_OPT_STR, o->quant, 0, 0, "SCHEME", "quantization scheme: " HM_QUANT_SCHEMES, NULL},
       {"--layout", HM_OPT_STR, o->layout, 0, 0, "L",
        "MoE layouts to tune or plan: all (default), masked, indexed or contiguous", NULL},
       {"--layer", HM_OPT_STR, o->layer, 0, 0, "ROLE",

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Every named scheme's weight format: accepted, sized as the contract says, and round-trips. */
+/* Every named scheme's weight format (and weight-only ones spelled by their parts): accepted,
+ * sized as the contract says, and round-trips; the parts parse as documented. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "test_quant_check.h"
 
@@ -9,8 +11,10 @@
 #define N 128
 #define K 256
 
-static const char *const names[] = {"bf16",        "w4a16",     "w4a16-sym",  "w8a16",     "w8a8-fp8",
-                                    "w8a8-fp8-ch", "w8a8-int8", "w4a8-mxfp4", "w4a8-int4", "w4a8-nvfp4"};
+static const char *const names[] = {"bf16",        "w4a16",     "w4a16-sym",     "w8a16",        "w8a8-fp8",
+                                    "w8a8-fp8-ch", "w8a8-int8", "w4a8-mxfp4",    "w4a8-int4",    "w4a8-nvfp4",
+                                    "w3a16",       "w2a16-g64", "w4a16-g32",     "w4a16-ch",     "w8a16-sym",
+                                    "w1a16-g16",   "w6a16-ch",  "w4a16-sym-g64", "w5a16-sym-g32"};
 
 /* Array sizes of one expert, from the contract's shapes. */
 static void check_sizes(const hm_quant_format *f) {
@@ -54,7 +58,7 @@ static void every_scheme_round_trips(void **state) {
       err = qc_round_trip(f, EXPERTS, N, K, x, &w);
     }
     double bound = hm_quant_error_bound(f);
-    printf("# %-11s rel error %.5f bound %.5f\n", names[i], err, bound);
+    printf("# %-14s rel error %.5f bound %.5f\n", names[i], err, bound);
     if (!(err <= bound)) fail_msg("%s: rel error %.5f above its bound %.5f", names[i], err, bound);
     hm_weights_view view = hm_host_weights_view(&w);
     assert_ptr_equal(view.qweight, w.qweight);
@@ -69,9 +73,52 @@ static void every_scheme_round_trips(void **state) {
   }
 }
 
+typedef struct spelled {
+  const char *name;
+  hm_dtype weight;
+  hm_scale_kind scale_kind;
+  int group_k;
+  bool zero_point;
+} spelled;
+
+static void weight_only_schemes_parse_by_parts(void **state) {
+  (void)state;
+  static const spelled cases[] = {
+      {"w4a16", HM_U4, HM_SCALE_GROUP, 128, true},
+      {"w4a16-sym", HM_I4, HM_SCALE_GROUP, 128, false},
+      {"w8a16", HM_U8, HM_SCALE_GROUP, 128, false},
+      {"w8a16-sym-ch", HM_I8, HM_SCALE_CHANNEL, 0, false},
+      {"w3a16-g64", HM_U3, HM_SCALE_GROUP, 64, true},
+      {"w2a16-ch", HM_U2, HM_SCALE_CHANNEL, 0, true},
+      {"w5a16-sym-g16", HM_U5, HM_SCALE_GROUP, 16, false},
+      {"w1a16-g32", HM_U1, HM_SCALE_GROUP, 32, true},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    hm_quant_scheme s;
+    HM_ASSERT_OK(hm_quant_scheme_parse(cases[i].name, &s));
+    assert_int_equal(s.weight.weight, cases[i].weight);
+    assert_int_equal(s.weight.scale_kind, cases[i].scale_kind);
+    assert_int_equal(s.weight.group_k, cases[i].group_k);
+    assert_int_equal(s.weight.zero_point, cases[i].zero_point);
+    assert_int_equal(s.weight.scale, HM_BF16);
+    assert_int_equal(s.act, HM_BF16);
+    assert_int_equal(s.act_scale, HM_ACT_SCALE_NONE);
+  }
+  static const char *const refused[] = {"w0a16",      "w9a16",        "w4a16-g",      "w4a16-g48",
+                                        "w4a16-g0",   "w4a16-g32-ch", "w4a16-ch-sym", "w4a16-g0128",
+                                        "w4a16x",     "w8a8-fp8-g32", "W4a16",        "w4a8-mxfp4-ch",
+                                        "w4a16-sym-", "w12a16",       "w4a16-g128 ",  ""};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    hm_quant_scheme s;
+    assert_int_equal(hm_quant_scheme_parse(refused[i], &s), HM_INVALID_ARGUMENT);
+    assert_non_null(strstr(hm_last_error(), "w<B>a16[-sym][-g<G>|-ch]"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_scheme_round_trips),
+      cmocka_unit_test(weight_only_schemes_parse_by_parts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,11 @@
 # of cached kernels named by $SASS, run after the phases that compile them), trace
 # (per-CTA timelines of the decode GEMMs, HUMMING_TRACE=1), power (SM clock and power
 # while our kernels and torch's run, scripts/power-windows.py).
+# A device call gives up to 10 minutes a command: DEADLINE_S cuts every step's limit to what
+# is left of that many seconds from the script's start, and skips a step with under 10 left,
+# so that the logs are packed and come back. CACHE_IN names a packed kernel cache of an
+# earlier call (unpacked where HUMMING_CACHE_DIR does not exist yet), CACHE_OUT where this
+# call's cache is packed at the end: a fresh machine then compiles only what is new.
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -34,6 +39,11 @@ note() { echo "$*" | tee -a "$summary"; }
 step() { # name seconds command...
   local name=$1 limit=$2
   shift 2
+  if [ -n "${DEADLINE_S:-}" ]; then
+    local left=$((DEADLINE_S - SECONDS))
+    [ "$left" -lt "$limit" ] && limit=$left
+    [ "$limit" -lt 10 ] && { : >"$LOGS/$name.log"; note "step $name: skipped, ${left} s left of DEADLINE_S"; return 124; }
+  fi
   local t0=$SECONDS
   timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
@@ -43,8 +53,13 @@ step() { # name seconds command...
 
 pack() {
   tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs 2>/dev/null && rm -rf "$LOGS"
+  [ -n "${CACHE_OUT:-}" ] && [ -d "$HUMMING_CACHE_DIR" ] &&
+    tar -C "$(dirname "$HUMMING_CACHE_DIR")" -czf "$CACHE_OUT" "$(basename "$HUMMING_CACHE_DIR")"
 }
 trap pack EXIT
+if [ -n "${CACHE_IN:-}" ] && [ -f "$CACHE_IN" ] && [ ! -d "$HUMMING_CACHE_DIR" ]; then
+  mkdir -p "$(dirname "$HUMMING_CACHE_DIR")" && tar -C "$(dirname "$HUMMING_CACHE_DIR")" -xzf "$CACHE_IN"
+fi
 
 has() { [[ " $PHASES " == *" $1 "* ]]; }
 

@@ -241,8 +241,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double tensor_us = r.compute_us * (padded_flops / fmax(r.flops, 1.0));
   const bool quantized = hm_gemm_weight_bits(cfg->layer.weight) < 16;
   const double dequant_weights = quantized ? tiles * t->bn * k_iters * t->bk : 0.0;
-  /* W4A8's f16 codes (HUMMING_W4A8_F16) are priced as the fp8 operands until their rate is
-   * timed, so that both layouts get the same tables and compare kernel for kernel. */
+  /* W4A8's f16 codes on sm_90 are priced as the fp8 operands: on the same tiles they ran
+   * 1.01-1.04x faster (docs/PERF.md, twenty-second session), inside this model's error, and
+   * the tables stay those the fp8 operands were tuned on. */
   const bool unpacks = t->mma == HM_MMA_SYNC && cfg->arch >= 90 && cfg->layer.act == HM_F8E4M3;
   const double dequant_rate = unpacks ? F8_UNPACK_WEIGHTS_PER_SM_US : DEQUANT_WEIGHTS_PER_SM_US;
   const double dequant_us = dequant_weights / (dequant_rate * p->sm_count * sm_share);

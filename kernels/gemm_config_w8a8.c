@@ -2,12 +2,9 @@
 /* Layer, legality, shared memory and default tuning of W8A8 configs. */
 #include "kernels/gemm_config_w8a8.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 
 #include "check.h"
-#include "log.h"
-#include "params.h"
 
 /* int8 partial sums of a whole segment stay exact below 2^31: 127 * 127 * K. */
 #define INT8_MAX_K 131072
@@ -70,12 +67,7 @@ static hm_status w4a8_fp4_from_layer(const hm_quant_format *w, hm_gemm_layer_par
 }
 
 bool hm_w4a8_f16_codes(hm_dtype weight, hm_dtype act, int arch) {
-  if (weight != HM_F4E2M1 || act != HM_F8E4M3 || hm_param_w4a8_f16() == 0) return false;
-  static atomic_flag told = ATOMIC_FLAG_INIT;
-  if (arch != 90 && arch != 0 && !atomic_flag_test_and_set(&told))
-    HM_INFO(GEMM, "HUMMING_W4A8_F16=1 changes sm_90 only; W4A8 e2m1 weights on sm_%d keep fp8 operands",
-            arch);
-  return arch == 90;
+  return weight == HM_F4E2M1 && act == HM_F8E4M3 && arch == 90;
 }
 
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out) {

@@ -23,9 +23,11 @@ bool hm_gemm_is_w8a8(const hm_gemm_layer_part *l);
  * (mxfp4, group 32) or HM_W4_NVFP4 (group 16) for f4e2m1 ones, with 8-bit activations;
  * HM_W4_NONE otherwise (hm_w4a8_codes.cuh). */
 int hm_gemm_w4a8_format(const hm_gemm_layer_part *l);
-/* Whether W4A8 e2m1 weights for this arch take the f16 codes (HUMMING_W4A8_F16, sm_90 only:
- * the arch without 8-bit mma.sync that has fp8 conversions); the transform and the kernels
- * of a layer both ask, so the weights' layout and the kernels' agree. */
+/* Whether W4A8 e2m1 weights for this arch take the f16 codes: sm_90, the arch without 8-bit
+ * mma.sync that has fp8 conversions, where widening them straight into f16 operands ran
+ * 1.03x (gate_up) and 1.01x (down) the fp8 operands' rate at 1-16 tokens (docs/PERF.md,
+ * twenty-second session). The transform and the kernels of a layer both ask, so the
+ * weights' layout and the kernels' agree. */
 bool hm_w4a8_f16_codes(hm_dtype weight, hm_dtype act, int arch);
 /* Fills group, group_n, act_scale and w4_f16 of out->layer from the public config's scheme. */
 hm_status hm_gemm_w8a8_from_layer(const hm_layer_config *lc, hm_gemm_config *out);

@@ -31,7 +31,7 @@
 // e4m3 scale (4 significant bits) times an f32 one needs up to 28 bits, so folding it into
 // the scales would round each of them, where the end rounds one product of all-linear sums.
 //
-// w4_f16 (mxfp4 or nvfp4 on sm_90, HUMMING_W4A8_F16): sm_90 has no 8-bit mma.sync, and ptxas
+// w4_f16 (mxfp4 or nvfp4 on sm_90, hm_w4a8_f16_codes): sm_90 has no 8-bit mma.sync, and ptxas
 // turns each fp8 MMA into f16 ones, unpacking every fp8 operand register on the conversion
 // unit first. With the f16 codes (hm_w4a8_codes.cuh) the kernel runs the f16 m16n8k16 MMAs
 // itself: the weights widen to f16 pairs with integer ops, and the activations are unpacked

@@ -8,8 +8,8 @@
  * the transform kernels. Also the plans (mma.sync only: W4A8 has no wgmma kernel), the
  * refusals (e2m1 with other scales, mxfp4 with a global scale, fp8 before sm_89, a forced
  * wgmma tile, nvfp4 with two units a warp at bk 256, f16 codes for int4), the kernel names
- * and the transform's sizes. With HUMMING_W4A8_F16=1 (ctest's test_gemm_w4a8_nvrtc_f16) the
- * e2m1 kernels and transforms of sm_90 take the f16 codes: only those compile then.
+ * and the transform's sizes. The e2m1 kernels and transforms of sm_90 take the f16 codes,
+ * those of sm_89 fp8 operands.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,6 @@
 #include "kernels/transform.h"
 #include "model_layers.h"
 #include "model_presets.h"
-#include "params.h"
 #include "test_gemm_compile.h"
 
 #define MXFP4 \
@@ -74,9 +73,8 @@ static bool arch_takes(const variant *v, int arch) {
 static void every_variant_compiles(void **state) {
   (void)state;
   static tg_batch b;
-  const bool f16 = hm_param_w4a8_f16() != 0;
   const int archs[] = {80, 89, 90};
-  for (size_t a = f16 ? 2 : 0; a < HM_ARRAY_SIZE(archs); a++) {
+  for (size_t a = 0; a < HM_ARRAY_SIZE(archs); a++) {
     for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
       if (!arch_takes(&variants[i], archs[a])) continue;
       const hm_layer_config lc = layer_of(&variants[i], i == 0 || i == 4 ? 1 : 64);
@@ -102,10 +100,9 @@ static void heuristic_plans_compile(void **state) {
   static char seen[TG_BATCH_MAX][256];
   const char *const profiles[] = {"h200", "l40s"};
   const char *const quants[] = {"w4a8-mxfp4", "w4a8-int4", "w4a8-nvfp4"};
-  const size_t profile_count = hm_param_w4a8_f16() ? 1 : HM_ARRAY_SIZE(profiles); /* sm_90 only */
   hm_model_preset preset;
   HM_ASSERT_OK(hm_model_preset_get("deepseek-v3", &preset));
-  for (size_t pi = 0; pi < profile_count; pi++) {
+  for (size_t pi = 0; pi < HM_ARRAY_SIZE(profiles); pi++) {
     hm_device_profile prof;
     HM_ASSERT_OK(hm_device_profile_builtin(profiles[pi], &prof));
     for (size_t q = 0; q < HM_ARRAY_SIZE(quants); q++) {
@@ -230,8 +227,8 @@ static void names_show_the_weight_format(void **state) {
   hm_gemm_config c = decode_config(&variants[0], 90);
   hm_gemm_config_name(&c, name, sizeof(name));
   assert_non_null(strstr(name, "f4e2m1_g32"));
-  assert_int_equal(strstr(name, "_w16_") != NULL, hm_param_w4a8_f16() != 0);
-  c = decode_config(&variants[0], 89); /* sm_89 has fp8 mma.sync: fp8 operands always */
+  assert_non_null(strstr(name, "_w16_")); /* sm_90: the f16 codes */
+  c = decode_config(&variants[0], 89); /* sm_89 has fp8 mma.sync: fp8 operands */
   hm_gemm_config_name(&c, name, sizeof(name));
   assert_null(strstr(name, "_w16_"));
   c = decode_config(&variants[2], 89);

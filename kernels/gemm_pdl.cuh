@@ -11,12 +11,6 @@
 // previous kernel writes, and just wait. Only decode tiles (bm <= 16) prefetch: there
 // the weights are the bytes and the kernel lasts a few microseconds; in the 255-register
 // wgmma tiles the schedule the prefetch works out stays live and spills (ptxas 13.0).
-//
-// A CTA enters once the previous grid's CTA on its SM leaves, and then waits for that grid's
-// last CTAs (3.6 us median, dense decode traced in the ninth session) while DRAM idles.
-// So it warms its whole first segment, not just the ring's first stages, up to
-// HM_PDL_PREFETCH_BYTES: 132 CTAs then claim at most 33 MB of the 50 MB L2, and a
-// larger launch does not evict its own prefetched lines before it reads them.
 #pragma once
 
 #include "gemm_params.cuh"
@@ -24,11 +18,9 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
-#define HM_PDL_PREFETCH_BYTES (256 * 1024)
-
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
-// first whole tile, else its Stream-K range within that tile, up to HM_PDL_PREFETCH_BYTES;
-// one bulk prefetch per unit column. T: the kernel's traits (unit layout (E, N/64, K-steps)).
+// first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
+// bulk prefetch per unit column. T: the kernel's traits (unit layout (E, N/64, K-steps)).
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
   if constexpr (C::gemm_type == HM_GT_DENSE && C::bm <= 16) {
@@ -46,8 +38,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
     const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
-    constexpr int max_k16 = HM_PDL_PREFETCH_BYTES / (T::bn_units * T::unit_bytes);
-    const int k0 = kb * T::steps, k1 = k0 + (count * T::steps < max_k16 ? count * T::steps : max_k16);
+    const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
     if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
     const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
     const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;

@@ -12,7 +12,6 @@
 
 #include "check.h"
 #include "heuristics/choose.h"
-#include "kernels/gemm_config_w8a8.h"
 #include "log.h"
 
 /* Upper ends of a dense layer's buckets, in rows; the last bucket is open. 8 rows is the
@@ -126,16 +125,6 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
   return table->bm == 8 && hm_choose_tuning_equal(&rescheduled, table);
 }
 
-/*
- * Whether the fixed table's tile for base was chosen by measurement. W4A8's swapped decode
- * tile is W4A16's with its stages doubled (hm_gemm_w8a8_fit), a fit that no measurement
- * chose: at one token of DeepSeek-V3's masked down the model's own pick ran 1.15x faster
- * on the H200 and on the H100 (docs/PERF.md, nineteenth and twenty-third sessions).
- */
-static bool table_was_measured(const hm_gemm_config *base, const hm_gemm_tuning *table) {
-  return !(table->bm == 8 && hm_gemm_w4a8_format(&base->layer) != HM_W4_NONE);
-}
-
 /* The best score seen, and the candidate that scored it. */
 typedef struct scored {
   int index;
@@ -159,7 +148,7 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
                            double *predicted_us) {
   hm_gemm_config table;
   const int64_t judge_m = hm_choose_bucket_m(m_lo, m_hi);
-  const bool has_table = hm_gemm_select(base, judge_m, &table) == HM_OK && table_was_measured(base, &table.tuning);
+  const bool has_table = hm_gemm_select(base, judge_m, &table) == HM_OK;
   scored overall = {-1, INFINITY, 0}, table_tile = {-1, INFINITY, 0};
   for (int i = 0; i < count; i++) {
     hm_gemm_config cfg = *base;

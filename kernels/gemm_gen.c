@@ -90,19 +90,6 @@ static void w8a8_constants(const hm_gemm_config *cfg, char *buf, size_t len) {
            hm_gemm_w4a8_format(l), tf(l->w4_f16), tf(cfg->compute.f16_acc));
 }
 
-/*
- * CTAs an SM the kernel's registers are capped for (__launch_bounds__). The swapped decode
- * tile run one CTA an SM on sm_90 is capped for two where shared memory holds two: the
- * next GEMM, launched programmatically, then finds room for its CTAs beside this one's and
- * waits there, its first k-tiles in L2, instead of entering as they leave.
- */
-static int resident_ctas(const hm_gemm_config *cfg) {
-  const hm_gemm_tuning *t = &cfg->tuning;
-  const bool beside = cfg->arch >= 90 && t->mma == HM_MMA_SYNC && t->bm == 8 && t->ctas_per_sm == 1 &&
-                      2 * (hm_gemm_config_smem_bytes(cfg) + 1024) <= hm_gemm_arch_smem_limit(cfg->arch);
-  return beside ? 2 : t->ctas_per_sm;
-}
-
 hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   HM_CHECK_NOT_NULL(out);
   memset(out, 0, sizeof(*out));
@@ -126,7 +113,7 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
                      tf(w8a8), extra, sizeof(hm_gemm_kernel_params), body->traits,
                      hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
                      hm_gemm_config_smem_bytes(cfg), cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads,
-                     resident_ctas(cfg), out->name, body->traits, body->run);
+                     t->ctas_per_sm, out->name, body->traits, body->run);
   if (len < 0) HM_FAIL(HM_OUT_OF_MEMORY, "generating the source of %s", out->name);
   out->text = text;
   out->src.name = out->name;

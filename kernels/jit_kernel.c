@@ -101,11 +101,6 @@ static hm_status read_attributes(struct hm_kernel *k) {
   k->shared_limit = HM_DEFAULT_SHARED_LIMIT;
   if (k->meta.shared_bytes > HM_DEFAULT_SHARED_LIMIT)
     HM_CHECK(hm_kernel_set_shared_limit(k, k->meta.shared_bytes));
-  /* A kernel launched programmatically only gains if its CTAs can sit beside the previous
-   * kernel's CTAs and wait there; a carveout sized for one CTA keeps them out. */
-  if (k->meta.pdl)
-    HM_CU_CHECK(cuFuncSetAttribute(k->function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                   CU_SHAREDMEM_CARVEOUT_MAX_SHARED));
   return HM_OK;
 }
 

@@ -44,7 +44,6 @@ static const char pdl_text[] =
 static struct {
   int loads, unloads, retains, releases, set_attr_calls, launches;
   int last_set_attr_value;
-  int carveout; /* the last preferred shared memory carveout set, -2 for none */
   char last_function[256];
   unsigned char image_head[64];
   CUlaunchConfig last_cfg;
@@ -81,10 +80,6 @@ static CUresult fake_get_function(CUfunction *f, CUmodule m, const char *name) {
 }
 static CUresult fake_set_attr(CUfunction f, CUfunction_attribute a, int v) {
   (void)f;
-  if (a == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) {
-    seen.carveout = v;
-    return CUDA_SUCCESS;
-  }
   if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
   seen.set_attr_calls++;
   seen.last_set_attr_value = v;
@@ -245,13 +240,10 @@ static void pdl_flag_adds_programmatic_serialization(void **state) {
   (void)state;
   hm_kernel_source src = {.name = "hm_after", .source = pdl_text, .arch = 90, .arch_specific = true};
   hm_kernel *k = NULL;
-  seen.carveout = -2;
   HM_ASSERT_OK(hm_kernel_get(&fake_engine, &src, &k));
   hm_kernel_meta meta;
   HM_ASSERT_OK(hm_kernel_get_meta(k, &meta));
   assert_true(meta.pdl);
-  /* Room for its CTAs beside the previous kernel's. */
-  assert_int_equal(seen.carveout, CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
   hm_launch_dims dims = {{4, 1, 1}, {64, 1, 1}, 0, {0, 0, 0}};
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
   assert_int_equal(seen.last_cfg.numAttrs, 2);
@@ -261,11 +253,9 @@ static void pdl_flag_adds_programmatic_serialization(void **state) {
 
   /* A kernel without the flag may read its predecessor's output at once: no attribute. */
   hm_kernel_source plain = {.name = "hm_fill", .source = kernel_text, .arch = 80};
-  seen.carveout = -2;
   HM_ASSERT_OK(hm_kernel_get(&fake_engine, &plain, &k));
   HM_ASSERT_OK(hm_kernel_get_meta(k, &meta));
   assert_false(meta.pdl);
-  assert_int_equal(seen.carveout, -2);
   dims.block[0] = 128;
   HM_ASSERT_OK(hm_kernel_launch(k, &dims, NULL, NULL));
   assert_int_equal(seen.last_cfg.numAttrs, 0);

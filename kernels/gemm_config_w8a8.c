@@ -286,8 +286,12 @@ void hm_gemm_w8a8_fit(const hm_gemm_config *base, hm_gemm_tuning *t) {
   if (k_scaled(&base->layer) && t->bk > 128) t->bk = 128;
   while (t->warps_k > 1 && (t->bk / 32) % t->warps_k != 0) t->warps_k /= 2;
   /* W4A8 stages hold half the weight bytes: twice as many keep as many bytes in flight
-   * (fit_smem takes them back where shared memory runs out). */
-  if (hm_gemm_w4a8_format(&base->layer) != HM_W4_NONE) t->stages = t->stages * 2 > 8 ? 8 : t->stages * 2;
+   * (fit_smem takes them back where shared memory runs out). Not the swapped decode tile:
+   * its loop is bound by converting codes, not by bytes in flight, and eight stages keep a
+   * second CTA off the SM, where the tuner's one- and two-token picks ran two to four CTAs
+   * an SM of four stages or fewer (H200 and H100, docs/PERF.md twenty-third session). */
+  if (hm_gemm_w4a8_format(&base->layer) != HM_W4_NONE && t->bm != 8)
+    t->stages = t->stages * 2 > 8 ? 8 : t->stages * 2;
 }
 
 void hm_gemm_w8a8_name_tag(const hm_gemm_layer_part *l, char *buf, size_t len) {

@@ -508,7 +508,8 @@ static hm_layer_config deepseek_fused(const char *quant, bool down) {
  * their conversion as measured, within 16 % RMS of the points above (17 % at the 4-bit
  * rate), so that W4A8's data-parallel gate_up at one token (144 tiles on 132 SMs, 1.46x
  * slower) no longer looks as fast as Stream-K, and the plans of both schemes take Stream-K
- * there.
+ * there: W8A8 one CTA an SM, W4A8 (four stages since the twenty-third session) two, which
+ * ran as fast as the eight-stage tile alone on an SM (65.80 against 65.61 us, H100).
  */
 static void f8_unpack_costs_as_measured(void **state) {
   (void)state;
@@ -534,7 +535,7 @@ static void f8_unpack_costs_as_measured(void **state) {
     HM_ASSERT_OK(hm_choose_plan(&gate_up, HM_GEMM_GROUPED_MASKED, &p, &plan));
     const hm_gemm_tuning *one = &plan.cfg[hm_gemm_plan_pick(&plan, 9)].tuning;
     assert_true(one->stream_k);
-    assert_int_equal(one->ctas_per_sm, 1);
+    assert_int_equal(one->ctas_per_sm, q == 0 ? 2 : 1);
   }
 }
 

@@ -161,6 +161,20 @@ static hm_gemm_config decode_config(const variant *v, int arch) {
   return c;
 }
 
+/* The swapped decode tile keeps four stages, as W4A16's: with eight, a second CTA did not
+ * fit an SM, and the tuner's one- and two-token picks ran two to four an SM (docs/PERF.md,
+ * twenty-third session). */
+static void decode_tile_leaves_room_for_a_second_cta(void **state) {
+  (void)state;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(variants); i++) {
+    const hm_gemm_config c = decode_config(&variants[i], 90);
+    assert_int_equal(c.tuning.bm, 8);
+    assert_true(c.tuning.stages <= 4);
+    const size_t sm_bytes = 228 * 1024; /* sm_90's shared memory an SM, 1 KiB of it reserved a CTA */
+    assert_true(2 * (hm_gemm_config_smem_bytes(&c) + 1024) <= sm_bytes);
+  }
+}
+
 static void unsupported_configs_are_refused(void **state) {
   (void)state;
   hm_gemm_config c = decode_config(&variants[0], 90), bad = c;
@@ -283,9 +297,13 @@ static void transform_sizes_follow_the_layouts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(plans_are_mma_sync),           cmocka_unit_test(unsupported_configs_are_refused),
-      cmocka_unit_test(names_show_the_weight_format), cmocka_unit_test(transform_sizes_follow_the_layouts),
-      cmocka_unit_test(every_variant_compiles),       cmocka_unit_test(heuristic_plans_compile),
+      cmocka_unit_test(plans_are_mma_sync),
+      cmocka_unit_test(unsupported_configs_are_refused),
+      cmocka_unit_test(decode_tile_leaves_room_for_a_second_cta),
+      cmocka_unit_test(names_show_the_weight_format),
+      cmocka_unit_test(transform_sizes_follow_the_layouts),
+      cmocka_unit_test(every_variant_compiles),
+      cmocka_unit_test(heuristic_plans_compile),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "gemm_epilogue.cuh"
+#include "gemm_pdl.cuh"
 #include "gemm_trace.cuh"
 
 struct hm_gemm_smem_maps {
@@ -34,9 +35,10 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_gemm_maps_at(unsigned char *smem
 template <class C>
 struct hm_sync_loop {
   using smem = typename hm_gemm_traits<C>::smem;
+  template <int PART = HM_LOAD_ALL>
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {
-    hm_mainloop_fill<C>(p, tile, kb, ke, smem, a_row);
+    hm_mainloop_fill<C, PART>(p, tile, kb, ke, smem, a_row);
   }
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
@@ -45,15 +47,25 @@ struct hm_sync_loop {
   }
 };
 
-// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke).
+// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke). A dense
+// decode tile's first segment waits for the previous grid here, between its weights'
+// copies and its activations' (gemm_pdl.cuh); every other CTA waited on entry.
 template <class C, class L>
 __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
-                                                      int ke, unsigned char *smem,
-                                                      const hm_gemm_smem_maps &maps, hm_trace_clock &tr) {
+                                                      int ke, unsigned char *smem, const hm_gemm_smem_maps &maps,
+                                                      bool first, hm_trace_clock &tr) {
   tr.begin();
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
   tr.once(HM_TRACE_MAPS);
+  if constexpr (hm_gemm_traits<C>::fill_before_wait) {
+    if (first) {
+      L::template fill<HM_LOAD_WEIGHTS>(p, tile, kb, ke, smem, maps.a_row);
+      hm_pdl_wait(tr);
+      L::template fill<HM_LOAD_ACTS>(p, tile, kb, ke, smem, maps.a_row);
+      return;
+    }
+  }
   L::fill(p, tile, kb, ke, smem, maps.a_row);
 }
 
@@ -125,11 +137,13 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
   hm_acc_t<C> acc;
   if constexpr (!M::overlap) {
     const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, 0);
+    bool first = true;
     hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
       __syncthreads();  // the previous segment is done with the row maps and shared memory
-      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
+      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, first, tr);
       hm_gemm_loop_segment<C, L>(p, tile, kb, ke, hm_smem, maps, wmn, wk, lane, acc, tr);
       hm_gemm_end_segment<C, M>(p, tile, kb, ke, sk, hm_smem, maps, wmn, wk, lane, acc, tr);
+      first = false;
     });
   } else {
     // A segment's row maps and first stages go out before the previous segment reduces and
@@ -142,7 +156,7 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
     int prev_kb = 0, prev_ke = 0, seg = 0;
     hm_walk_segments<C, T>(p, tiles, prefix, [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
       const hm_gemm_smem_maps maps = hm_gemm_maps_at<C, M>(hm_smem, seg & 1);
-      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, tr);
+      hm_gemm_begin_segment<C, L>(p, tile, kb, ke, hm_smem, maps, seg == 0, tr);
       if (seg > 0) {
         const hm_gemm_smem_maps prev_maps = hm_gemm_maps_at<C, M>(hm_smem, (seg - 1) & 1);
         hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem, prev_maps, wmn, wk, lane, acc,

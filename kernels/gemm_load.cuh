@@ -102,11 +102,24 @@ __device__ __forceinline__ void hm_load_group_data(const unsigned char *src, con
   }
 }
 
-template <class C>
+// Which copies of a stage a load issues: all of them, or (a dense decode tile's first stages,
+// gemm_pdl.cuh) the weights' before the grid dependency and the activations' after it.
+enum { HM_LOAD_ALL = 0, HM_LOAD_WEIGHTS = 1, HM_LOAD_ACTS = 2 };
+
+__device__ __forceinline__ constexpr bool hm_loads_acts(int part) {
+  return part != HM_LOAD_WEIGHTS;
+}
+
+__device__ __forceinline__ constexpr bool hm_loads_weights(int part) {
+  return part != HM_LOAD_ACTS;
+}
+
+template <class C, int PART = HM_LOAD_ALL>
 __device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt, unsigned char *st,
                                               const int *a_row) {
   using T = hm_gemm_traits<C>;
-  hm_load_a<C>(p, kt, st, a_row);
+  if constexpr (hm_loads_acts(PART)) hm_load_a<C>(p, kt, st, a_row);
+  if constexpr (!hm_loads_weights(PART)) return;
   hm_load_b<C>(p, tile, kt, st);
   if constexpr (T::quant) hm_load_group_data<C, 128>((const unsigned char *)p.scales, tile, kt, st + T::s_off);
   if constexpr (T::z_bytes > 0) hm_load_group_data<C, 64>(p.zeros, tile, kt, st + T::z_off);
@@ -296,9 +309,9 @@ __device__ __forceinline__ void hm_copy_stream_stage(const hm_copy_stream<G> &s,
       hm_cp_async16(dst + G::template delta<DST_ROW>(it, tid), src + s.delta[it], s.ok[it]);
 }
 
-// Fills stage st with k-tile kt: the plan's copies, or the checked loads for a last
-// k-tile that reaches past K.
-template <class C>
+// Fills stage st with k-tile kt (the copies PART names): the plan's copies, or the checked
+// loads for a last k-tile that reaches past K.
+template <class C, int PART = HM_LOAD_ALL>
 __device__ __forceinline__ void hm_load_plan_stage(const hm_load_plan<C> &pl, const hm_gemm_params &p,
                                                    const hm_tile &tile, int kt, unsigned char *st,
                                                    const int *a_row) {
@@ -306,12 +319,13 @@ __device__ __forceinline__ void hm_load_plan_stage(const hm_load_plan<C> &pl, co
   using T = hm_gemm_traits<C>;
   if constexpr (P::k_tail) {
     if (kt == T::k_iters - 1) {
-      hm_load_stage<C>(p, tile, kt, st, a_row);
+      hm_load_stage<C, PART>(p, tile, kt, st, a_row);
       return;
     }
   }
   const unsigned tid = threadIdx.x, sa = hm_smem_addr(st);
-  pl.a.stage(kt, sa);
+  if constexpr (hm_loads_acts(PART)) pl.a.stage(kt, sa);
+  if constexpr (!hm_loads_weights(PART)) return;
   hm_copy_stream_stage<typename P::B, T::steps * T::unit_bytes>(pl.b, sa, kt * (T::steps * T::unit_bytes),
                                                                 tid);
   if constexpr (T::quant)

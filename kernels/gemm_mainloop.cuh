@@ -98,15 +98,17 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, const 
 }
 
 // Issues the first stages - 1 k-tiles of [kb, ke), a commit group each, as the mainloop
-// expects to find them in flight.
-template <class C>
+// expects to find them in flight. Filled in two parts (weights, then activations: PART),
+// the stages are a group each in both, and the mainloop's wait for the oldest groups still
+// waits for each stage's activations, which commit last.
+template <class C, int PART = HM_LOAD_ALL>
 __device__ __forceinline__ void hm_mainloop_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                  unsigned char *smem, const int *a_row) {
   using T = hm_gemm_traits<C>;
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
 #pragma unroll
   for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < ke - kb) hm_load_plan_stage<C>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+    if (s < ke - kb) hm_load_plan_stage<C, PART>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
     hm_cp_async_commit();
   }
 }

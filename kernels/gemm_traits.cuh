@@ -82,6 +82,8 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   static constexpr int threads = 32 * warps_mn * C::warps_k;
   static constexpr bool swap_ab = C::bm == 8;
   static constexpr int map_rows = swap_ab ? 16 : C::bm;  // rows of the row maps and accumulators
+  // Dense decode tiles copy their first weight stages before the grid dependency (gemm_pdl.cuh).
+  static constexpr bool fill_before_wait = C::gemm_type == HM_GT_DENSE && C::bm <= 16;
   // Swapped tiles MMA on the magic-biased codes and apply zero point and scale to f32
   // sums once per scale group (gemm_swap.cuh), unless the codes overflow the mantissa.
   static constexpr bool late_scale = swap_ab && S::quant && !hm_dq<bf16, C::bits>::via_f32;

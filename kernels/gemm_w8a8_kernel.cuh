@@ -175,11 +175,12 @@ __device__ __forceinline__ void hm_w8_load_a(const hm_gemm_params &p, int kt, un
                                                  [](int r, int ch) { return hm_w8_a_offset<C>(r, ch); });
 }
 
-template <class C>
+template <class C, int PART = HM_LOAD_ALL>
 __device__ __forceinline__ void hm_w8_load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                  unsigned char *st, const int *a_row) {
   using T = hm_w8_traits<C>;
-  hm_w8_load_a<C>(p, kt, st, a_row);
+  if constexpr (hm_loads_acts(PART)) hm_w8_load_a<C>(p, kt, st, a_row);
+  if constexpr (!hm_loads_weights(PART)) return;
   hm_load_b<C, T>(p, tile, kt, st);
   // mxfp4 and nvfp4: the scales, 64 bytes (e8m0) or 128 (e4m3, two K halves) a unit and k32
   // step, laid out like the units (transform_w4a8.cuh).
@@ -573,13 +574,15 @@ __device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_
   }
 }
 
-// Issues the first stages - 1 k-tiles of [kb, ke), a commit group each (as hm_mainloop_fill).
-template <class C>
+// Issues the first stages - 1 k-tiles of [kb, ke), a commit group each, all copies or the
+// part PART names (as hm_mainloop_fill).
+template <class C, int PART = HM_LOAD_ALL>
 __device__ __forceinline__ void hm_w8_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                            unsigned char *smem, const int *a_row) {
 #pragma unroll
   for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < ke - kb) hm_w8_load_stage<C>(p, tile, kb + s, smem + s * hm_w8_traits<C>::stage_bytes, a_row);
+    if (s < ke - kb)
+      hm_w8_load_stage<C, PART>(p, tile, kb + s, smem + s * hm_w8_traits<C>::stage_bytes, a_row);
     hm_cp_async_commit();
   }
 }
@@ -627,9 +630,10 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 template <class C>
 struct hm_w8_loop {
   using smem = typename hm_w8_traits<C>::smem;
+  template <int PART = HM_LOAD_ALL>
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {
-    hm_w8_fill<C>(p, tile, kb, ke, smem, a_row);
+    hm_w8_fill<C, PART>(p, tile, kb, ke, smem, a_row);
   }
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,

@@ -24,6 +24,7 @@ struct hm_wg_traits : hm_wo_stage<C, 1024> {
   static constexpr int mb = wtn / 64;          // 64-column wgmma M blocks (weight units) of a warpgroup
   static constexpr int acc_regs = mb * wtm / 2;
   static constexpr int map_rows = C::bm;       // rows of the row maps
+  static constexpr bool fill_before_wait = false;  // waits on entry (gemm_pdl.cuh)
   // The output tile in f32, staged for coalesced stores; reuses the drained pipeline.
   // A row pitch of 2 (mod 32) words keeps the paired 8-byte stores conflict-free.
   static constexpr int c_pitch = C::bn * 4 + 8;

@@ -48,7 +48,7 @@ static const char *gen_template =
     "extern \"C\" __constant__ unsigned %s_meta[8] = {0x%xu, %d, %zu, 0, 0, 0, %uu, 0};\n"
     "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(const __grid_constant__ hm_gemm_params p) {\n"
     "  hm_trace_clock tr;\n"
-    "  hm_pdl_enter<%s<hm_cfg>>(tr);\n"
+    "  hm_pdl_enter<hm_cfg, %s<hm_cfg>>(p, tr);\n"
     "  %s<hm_cfg>(p, tr);\n"
     "}\n";
 

@@ -35,10 +35,11 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_gemm_maps_at(unsigned char *smem
 template <class C>
 struct hm_sync_loop {
   using smem = typename hm_gemm_traits<C>::smem;
-  template <int PART = HM_LOAD_ALL>
+  static constexpr bool fill_before_wait = hm_gemm_traits<C>::fill_before_wait;
+  template <int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {
-    hm_mainloop_fill<C, PART>(p, tile, kb, ke, smem, a_row);
+    hm_mainloop_fill<C, PART, S0, S1>(p, tile, kb, ke, smem, a_row);
   }
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,
@@ -47,9 +48,10 @@ struct hm_sync_loop {
   }
 };
 
-// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke). A dense
-// decode tile's first segment waits for the previous grid here, between its weights'
-// copies and its activations' (gemm_pdl.cuh); every other CTA waited on entry.
+// Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke). The first
+// segment of a tile that fills before the grid dependency (gemm_pdl.cuh) waits here, after
+// its first stages' weight copies; then come their activations and the rest of the ring.
+// Every other CTA waited on entry.
 template <class C, class L>
 __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                       int ke, unsigned char *smem, const hm_gemm_smem_maps &maps,
@@ -58,11 +60,13 @@ __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, c
   hm_tile_rows<C>(p, tile, maps.a_row, maps.c_row, maps.row_scale);
   __syncthreads();
   tr.once(HM_TRACE_MAPS);
-  if constexpr (hm_gemm_traits<C>::fill_before_wait) {
+  if constexpr (L::fill_before_wait) {
+    constexpr int early = C::stages - 1 < HM_EARLY_STAGES ? C::stages - 1 : HM_EARLY_STAGES;
     if (first) {
-      L::template fill<HM_LOAD_WEIGHTS>(p, tile, kb, ke, smem, maps.a_row);
+      L::template fill<HM_LOAD_WEIGHTS, 0, early>(p, tile, kb, ke, smem, maps.a_row);
       hm_pdl_wait(tr);
-      L::template fill<HM_LOAD_ACTS>(p, tile, kb, ke, smem, maps.a_row);
+      L::template fill<HM_LOAD_ACTS, 0, early>(p, tile, kb, ke, smem, maps.a_row);
+      L::template fill<HM_LOAD_ALL, early>(p, tile, kb, ke, smem, maps.a_row);
       return;
     }
   }

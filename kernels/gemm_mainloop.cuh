@@ -98,16 +98,18 @@ __device__ __forceinline__ void hm_compute_stage(const unsigned char *st, const 
 }
 
 // Issues the first stages - 1 k-tiles of [kb, ke), a commit group each, as the mainloop
-// expects to find them in flight. Filled in two parts (weights, then activations: PART),
-// the stages are a group each in both, and the mainloop's wait for the oldest groups still
-// waits for each stage's activations, which commit last.
-template <class C, int PART = HM_LOAD_ALL>
+// expects to find them in flight: stages [S0, S1) of them, all copies or the part PART
+// names. Filled in parts (weights, then activations, hm_gemm_begin_segment), a stage is a
+// group in each, and the mainloop's wait for its oldest groups still waits for each stage's
+// last group: groups commit in stage order within a part, and a stage's last part after
+// the earlier stages' last parts.
+template <class C, int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
 __device__ __forceinline__ void hm_mainloop_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                  unsigned char *smem, const int *a_row) {
   using T = hm_gemm_traits<C>;
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
 #pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s) {
+  for (int s = S0; s < S1; ++s) {
     if (s < ke - kb) hm_load_plan_stage<C, PART>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
     hm_cp_async_commit();
   }

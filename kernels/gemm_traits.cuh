@@ -36,6 +36,14 @@ struct hm_sync_smem {
   static constexpr int bytes = maps_off + hm_maps_bytes<C, ROWS * map_sets>;
 };
 
+// Whether a dense decode tile of SMEM bytes of shared memory copies its first weight stages
+// before the grid dependency (gemm_pdl.cuh): where it needs over half an sm_90 SM's 228 KiB,
+// so that no CTA of the next grid shares its SM. The first HM_EARLY_STAGES stages at most:
+// the rest of the ring fills after the wait.
+template <class C, int SMEM>
+constexpr bool hm_fills_before_wait = C::gemm_type == HM_GT_DENSE && C::bm <= 16 && 2 * SMEM > 228 * 1024;
+constexpr int HM_EARLY_STAGES = 3;
+
 // The weight-only kernels' tile counts and pipeline stage: the activation tile, weight
 // units, scales and zero points, padded to ALIGN bytes (128; 1024 for the wgmma kernel, the
 // repeat of its 128-byte swizzle).
@@ -82,8 +90,6 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   static constexpr int threads = 32 * warps_mn * C::warps_k;
   static constexpr bool swap_ab = C::bm == 8;
   static constexpr int map_rows = swap_ab ? 16 : C::bm;  // rows of the row maps and accumulators
-  // Dense decode tiles copy their first weight stages before the grid dependency (gemm_pdl.cuh).
-  static constexpr bool fill_before_wait = C::gemm_type == HM_GT_DENSE && C::bm <= 16;
   // Swapped tiles MMA on the magic-biased codes and apply zero point and scale to f32
   // sums once per scale group (gemm_swap.cuh), unless the codes overflow the mantissa.
   static constexpr bool late_scale = swap_ab && S::quant && !hm_dq<bf16, C::bits>::via_f32;
@@ -103,6 +109,7 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
   using smem = hm_sync_smem<C, S::pipe_bytes, red_bytes, map_rows>;
   static constexpr int smem_bytes = smem::bytes;
+  static constexpr bool fill_before_wait = hm_fills_before_wait<C, smem_bytes>;
 
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");

@@ -95,6 +95,7 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   using smem = hm_sync_smem<C, pipe_bytes, G::red_bytes, G::map_rows>;
   static constexpr int smem_bytes = smem::bytes;
+  static constexpr bool fill_before_wait = hm_fills_before_wait<C, smem_bytes>;
   static constexpr bool k_scaled = C::w_block || C::a_group;  // scales that change along K
   static constexpr int k_blocks = (C::k + 127) / 128;         // 1x128 scales a row, block scales a column
   // MMA blocks a unit: 8 n8 blocks, or (swapped) 4 m16 blocks of 16 weight columns.
@@ -574,13 +575,13 @@ __device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_
   }
 }
 
-// Issues the first stages - 1 k-tiles of [kb, ke), a commit group each, all copies or the
-// part PART names (as hm_mainloop_fill).
-template <class C, int PART = HM_LOAD_ALL>
+// Issues stages [S0, S1) of the first stages - 1 k-tiles of [kb, ke), a commit group each,
+// all copies or the part PART names (as hm_mainloop_fill).
+template <class C, int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
 __device__ __forceinline__ void hm_w8_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                            unsigned char *smem, const int *a_row) {
 #pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s) {
+  for (int s = S0; s < S1; ++s) {
     if (s < ke - kb)
       hm_w8_load_stage<C, PART>(p, tile, kb + s, smem + s * hm_w8_traits<C>::stage_bytes, a_row);
     hm_cp_async_commit();
@@ -630,10 +631,11 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
 template <class C>
 struct hm_w8_loop {
   using smem = typename hm_w8_traits<C>::smem;
-  template <int PART = HM_LOAD_ALL>
+  static constexpr bool fill_before_wait = hm_w8_traits<C>::fill_before_wait;
+  template <int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {
-    hm_w8_fill<C, PART>(p, tile, kb, ke, smem, a_row);
+    hm_w8_fill<C, PART, S0, S1>(p, tile, kb, ke, smem, a_row);
   }
   __device__ static __forceinline__ void run(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                              unsigned char *smem, const int *a_row, int wm, int wn, int wk,

@@ -222,6 +222,20 @@ size_t hm_gemm_sync_smem_bytes(const hm_gemm_config *cfg, size_t pipe) {
 
 bool hm_gemm_sync_overlaps_fill(const hm_gemm_tuning *t) { return t->mma == HM_MMA_SYNC && t->bm == 8; }
 
+bool hm_gemm_exclusive_sm(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  return cfg->arch >= 90 && cfg->compute.type == HM_GEMM_DENSE && t->mma == HM_MMA_SYNC && !t->ws &&
+         t->bm <= 16 && t->ctas_per_sm == 1;
+}
+
+/* sm_90's 228 KiB an SM, 1 KiB of it reserved a CTA: two CTAs of this many bytes do not fit. */
+#define HM_SM90_HALF_SM_PLUS (114 * 1024)
+
+size_t hm_gemm_launch_smem_bytes(const hm_gemm_config *cfg) {
+  const size_t bytes = hm_gemm_config_smem_bytes(cfg);
+  return hm_gemm_exclusive_sm(cfg) && bytes < HM_SM90_HALF_SM_PLUS ? HM_SM90_HALF_SM_PLUS : bytes;
+}
+
 size_t hm_gemm_red_bytes(const hm_gemm_tuning *t) {
   const size_t warps_mn = (size_t)t->warps_m * t->warps_n;
   const size_t acc_regs = (size_t)hm_gemm_acc_rows(t) / t->warps_m / 16 * (size_t)(t->bn / t->warps_n / 64) * 32;

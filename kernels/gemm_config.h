@@ -102,6 +102,13 @@ size_t hm_gemm_sync_smem_bytes(const hm_gemm_config *cfg, size_t pipe);
 /* Whether an mma.sync tile issues a segment's first stages under the previous segment's
  * tail (hm_sync_smem::overlap: the 8-row decode tile). */
 bool hm_gemm_sync_overlaps_fill(const hm_gemm_tuning *t);
+/* Whether the launch gives a CTA its SM to itself (hm_gemm_launch_smem_bytes): a dense decode
+ * tile of the mma.sync kernels run one CTA an SM under programmatic launch (sm_90), which
+ * then fills its first stages before the grid dependency (kernels/gemm_pdl.cuh). */
+bool hm_gemm_exclusive_sm(const hm_gemm_config *cfg);
+/* Dynamic shared memory of a launch: the config's, or over half an SM's where the CTA has
+ * its SM to itself, so that no CTA of the next grid enters beside it. */
+size_t hm_gemm_launch_smem_bytes(const hm_gemm_config *cfg);
 /* Bits per weight code: 1..8, or 16 for unquantized weights. */
 int hm_gemm_weight_bits(hm_dtype weight);
 /* Largest dynamic shared memory per block of an arch, 0 if unknown. */

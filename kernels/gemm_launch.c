@@ -151,7 +151,7 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   dims.grid[1] = dims.grid[2] = 1;
   dims.block[0] = (unsigned)hm_gemm_config_threads(cfg);
   dims.block[1] = dims.block[2] = 1;
-  dims.shared_bytes = hm_gemm_config_smem_bytes(cfg);
+  dims.shared_bytes = hm_gemm_launch_smem_bytes(cfg);
   void *kargs[] = {&p};
   return hm_kernel_launch(kernel, &dims, kargs, stream);
 }

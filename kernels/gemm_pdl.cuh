@@ -5,19 +5,19 @@
 // grid to finish and flush: everything it reads may be that grid's output.
 //
 // A dense decode tile knows its tiles from the launch alone, and its weights are no
-// kernel's output, so it puts the wait (traced 3.6 us, ninth session, while the previous
-// grid's last CTAs finish) to use:
-// - where it has its SM to itself (T::fill_before_wait: over half an SM's shared memory),
-//   it lays out its first segment and copies that segment's first weight stages into
+// kernel's output, so it puts the wait (traced 3.3-3.6 us: the previous grid's last CTAs
+// finishing) to use:
+// - run one CTA an SM (T::fill_before_wait), it is launched with over half an SM's shared
+//   memory (hm_gemm_exclusive_sm), so that the next grid's CTAs enter only as this grid's
+//   leave; it lays out its first segment, copies that segment's first weight stages into
 //   shared memory, and waits later, in hm_gemm_begin_segment, so that only the
-//   activations' copies (from L2) stand between the wait and its first MMA: W8A8 fp8
-//   dense M = 1 and 16 1.05-1.06x (H100, twenty-fourth session);
-// - where two CTAs share an SM, it only warms L2 with those weights and waits here: the
-//   next grid's CTAs then sit beside the running ones from early on, and their copies
-//   into shared memory slowed W4A16 M = 16 1.18x.
-// Either way, what it brings in before the wait stays near the ring's first k-tiles:
-// the whole first segment warmed in L2 slowed the previous grid's last CTAs (twenty-third
-// session), and seven stages of an eight-stage tile copied did so too.
+//   activations' copies (from L2) stand between the wait and its first MMA;
+// - run several an SM, it only warms L2 with those weights, and waits here.
+// A next-grid CTA beside a running one slowed W4A16 M = 16 1.18x when it filled early (the
+// tile's 124 registers and 85 KB let two share an SM; H100, twenty-fourth session). What
+// comes in before the wait stays near the ring's first k-tiles: the whole first segment
+// warmed in L2 slowed the previous grid's last CTAs (twenty-third session), and so did
+// seven stages of an eight-stage tile copied.
 #pragma once
 
 #include "gemm_params.cuh"

@@ -95,7 +95,6 @@ struct hm_w8_traits : hm_gemm_traits<C> {
   static constexpr int pipe_bytes = stage_bytes * C::stages;
   using smem = hm_sync_smem<C, pipe_bytes, G::red_bytes, G::map_rows>;
   static constexpr int smem_bytes = smem::bytes;
-  static constexpr bool fill_before_wait = hm_fills_before_wait<C, smem_bytes>;
   static constexpr bool k_scaled = C::w_block || C::a_group;  // scales that change along K
   static constexpr int k_blocks = (C::k + 127) / 128;         // 1x128 scales a row, block scales a column
   // MMA blocks a unit: 8 n8 blocks, or (swapped) 4 m16 blocks of 16 weight columns.

@@ -53,6 +53,39 @@ static void gemm_compiles_for_sm80_sm89_sm90a(void **state) {
   assert_int_equal(st.failed, 0);
 }
 
+/* A dense decode tile run one CTA an SM under programmatic launch (sm_90) is launched with
+ * over half an SM's shared memory, so that no CTA of the next grid enters beside it (it
+ * fills before the grid dependency, kernels/gemm_pdl.cuh); no other launch is padded. */
+static void decode_tiles_alone_on_an_sm_take_over_half_its_shared_memory(void **state) {
+  (void)state;
+  hm_gemm_config base = {0}, cfg;
+  base.layer = (hm_gemm_layer_part){HM_U4, HM_BF16, HM_BF16,           128,  true, false, false, 8192, 8192,
+                                    1,     0,       HM_ACT_SCALE_NONE, false};
+  base.compute.type = HM_GEMM_DENSE;
+  base.arch = 90;
+  const size_t half_sm = 114 * 1024; /* of sm_90's 228 KiB, 1 KiB of it reserved a CTA */
+  for (int64_t m = 1; m <= 16; m *= 16) {
+    HM_ASSERT_OK(hm_gemm_select(&base, m, &cfg));
+    assert_true(cfg.tuning.bm <= 16 && cfg.tuning.ctas_per_sm == 1);
+    assert_true(hm_gemm_exclusive_sm(&cfg));
+    assert_true(hm_gemm_config_smem_bytes(&cfg) < half_sm);
+    assert_int_equal(hm_gemm_launch_smem_bytes(&cfg), half_sm);
+    hm_gemm_config other = cfg;
+    other.tuning.ctas_per_sm = 2;
+    assert_false(hm_gemm_exclusive_sm(&other));
+    other = cfg;
+    other.arch = 80;
+    assert_false(hm_gemm_exclusive_sm(&other));
+    other = cfg;
+    other.compute.type = HM_GEMM_GROUPED_MASKED;
+    assert_false(hm_gemm_exclusive_sm(&other));
+    assert_int_equal(hm_gemm_launch_smem_bytes(&other), hm_gemm_config_smem_bytes(&other));
+  }
+  HM_ASSERT_OK(hm_gemm_select(&base, 4096, &cfg));
+  assert_false(hm_gemm_exclusive_sm(&cfg));
+  assert_int_equal(hm_gemm_launch_smem_bytes(&cfg), hm_gemm_config_smem_bytes(&cfg));
+}
+
 static void model_kernel_list_covers_every_gemm(void **state) {
   (void)state;
   hm_model_kernel_request req = {"deepseek-v3", "w4a16", 90, 1, 1, NULL, NULL};
@@ -124,6 +157,7 @@ static void model_kernel_list_follows_the_plan(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(gemm_compiles_for_sm80_sm89_sm90a, tj_setup, tj_teardown),
+      cmocka_unit_test(decode_tiles_alone_on_an_sm_take_over_half_its_shared_memory),
       cmocka_unit_test(model_kernel_list_covers_every_gemm),
       cmocka_unit_test(model_kernel_list_follows_the_plan),
   };

@@ -224,8 +224,8 @@ bool hm_gemm_sync_overlaps_fill(const hm_gemm_tuning *t) { return t->mma == HM_M
 
 bool hm_gemm_exclusive_sm(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  return cfg->arch >= 90 && cfg->compute.type == HM_GEMM_DENSE && t->mma == HM_MMA_SYNC && !t->ws &&
-         t->bm <= 16 && t->ctas_per_sm == 1;
+  return cfg->arch >= 90 && cfg->compute.type == HM_GEMM_DENSE && t->mma == HM_MMA_SYNC && t->bm <= 16 &&
+         t->ctas_per_sm == 1;
 }
 
 /* sm_90's 228 KiB an SM, 1 KiB of it reserved a CTA: two CTAs of this many bytes do not fit. */

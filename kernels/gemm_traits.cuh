@@ -37,9 +37,9 @@ struct hm_sync_smem {
 };
 
 // Whether a tile copies its first weight stages before the grid dependency (gemm_pdl.cuh):
-// a dense decode tile run one CTA an SM, which the launch gives its SM to itself
-// (hm_gemm_exclusive_sm). The first HM_EARLY_STAGES stages at most: the rest of the ring
-// fills after the wait.
+// a dense decode tile run one CTA an SM, which the launch gives its SM to itself on sm_90
+// (hm_gemm_exclusive_sm; below sm_90 no grid starts before the one ahead of it ends). The
+// first HM_EARLY_STAGES stages at most: the rest of the ring fills after the wait.
 template <class C>
 constexpr bool hm_fills_before_wait = C::gemm_type == HM_GT_DENSE && C::bm <= 16 && C::ctas_per_sm == 1;
 constexpr int HM_EARLY_STAGES = 3;

@@ -86,9 +86,10 @@ __device__ __forceinline__ void hm_gemm_loop_segment(const hm_gemm_params &p, co
 }
 
 // A Stream-K piece of a tile: publish the partial; the last contributor sums all of
-// them in k order and stores the tile. Returns nothing; the counter is reset for reuse.
+// them in k order and stores the tile. Returns whether this CTA was the last; the counter
+// is reset for reuse.
 template <class C>
-__device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile,
+__device__ __forceinline__ bool hm_gemm_fixup(const hm_gemm_params &p, const hm_tile &tile,
                                               const hm_sk_piece &sk, const hm_gemm_smem_maps &maps, int wmn,
                                               int wk, int lane, hm_acc_t<C> &acc) {
   if (wk == 0) hm_partial_store<C>(p, sk.slot, wmn, lane, acc);
@@ -101,12 +102,14 @@ __device__ __forceinline__ void hm_gemm_fixup(const hm_gemm_params &p, const hm_
     *maps.flag = is_last;
   }
   __syncthreads();
-  if (!*maps.flag || wk != 0) return;
+  const bool last = *maps.flag;
+  if (!last || wk != 0) return last;
   __threadfence();
   hm_acc_zero<C>(acc);
   for (int c = sk.head; c <= sk.last; ++c)
     hm_partial_add<C>(p, c == sk.head ? sk.head_slot : 2 * c, wmn, lane, acc);
   hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
+  return true;
 }
 
 // Reduces the segment's sums across warps_k and stores them: a whole tile directly, a
@@ -122,7 +125,7 @@ __device__ __forceinline__ void hm_gemm_end_segment(const hm_gemm_params &p, con
     if (wk == 0)
       hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);
   } else {
-    hm_gemm_fixup<C>(p, tile, sk, maps, wmn, wk, lane, acc);
+    if (hm_gemm_fixup<C>(p, tile, sk, maps, wmn, wk, lane, acc)) tr.count(HM_TRACE_SUMMED, 1);
   }
   tr.add(HM_TRACE_TAIL);
   tr.once(HM_TRACE_FIRST_END);

@@ -22,6 +22,7 @@
 #define HM_TRACE_LOOP 12          /* sum: first stage to the end of the mainloop */
 #define HM_TRACE_TAIL 13          /* sum: k-warp reduction, store or Stream-K fix-up */
 #define HM_TRACE_SM 14            /* the SM the CTA ran on (%smid) */
+#define HM_TRACE_SUMMED 15        /* split tiles this CTA summed and stored as the last contributor */
 #define HM_TRACE_SLOTS 16
 #define HM_TRACE_CTAS 1024
 

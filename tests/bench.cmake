@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # humming-moe-bench's tests. The unit programs come from the unit/ glob; this adds what
 # they need beyond the library: the launch/ sources (options, report, #wrong counter, the
-# bench's option table) and the path of the bench binary, which test_bench_modes runs in
+# bench's option table, the trace's per-CTA lines) and the path of the bench binary, which test_bench_modes runs in
 # every mode on the host.
 # Under mpirun, the comm mode runs dispatch/combine over 4 host ranks (label mpi).
 
@@ -9,6 +9,8 @@ target_sources(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch/common/opti
                ${CMAKE_SOURCE_DIR}/launch/common/report.c ${CMAKE_SOURCE_DIR}/launch/bench/bench_check.c
                ${CMAKE_SOURCE_DIR}/launch/bench/bench_args.c)
 target_include_directories(test_bench_options PRIVATE ${CMAKE_SOURCE_DIR}/launch)
+target_sources(test_bench_trace_rows PRIVATE ${CMAKE_SOURCE_DIR}/launch/bench/bench_trace_rows.c)
+target_include_directories(test_bench_trace_rows PRIVATE ${CMAKE_SOURCE_DIR}/launch)
 
 target_compile_definitions(test_bench_modes PRIVATE HM_BENCH_EXE="$<TARGET_FILE:humming-moe-bench>")
 add_dependencies(test_bench_modes humming-moe-bench)

@@ -5,19 +5,17 @@
  * got past the previous grid, counted their tiles, loaded row maps and saw their first
  * stage, and how their time splits into pipeline fills, mainloops and tails (k-warp
  * reduction, store, Stream-K fix-up). Clocks become time through each CTA's own
- * global-timer span.
+ * global-timer span. HUMMING_TRACE=2 adds a line per busy CTA, the last to leave last.
  */
 #include "bench/bench_trace.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/hm_trace_slots.cuh"
+#include "bench/bench_trace_rows.h"
 #include "layer_internal.h"
 #include "log.h"
 #include "params.h"
-
-typedef unsigned long long trace_row[HM_TRACE_SLOTS];
 
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -36,7 +34,7 @@ typedef enum { EVENT, SUM, COUNT } slot_kind;
 
 /* Slot s of every CTA: an event's clocks since entry (stored plus one) or a sum of clocks
  * in microseconds at ghz, or a plain count. */
-static void column(const trace_row *rows, int n, int s, double ghz, slot_kind kind, double *out) {
+static void column(const hm_trace_row *rows, int n, int s, double ghz, slot_kind kind, double *out) {
   for (int i = 0; i < n; i++) {
     const double raw = (double)rows[i][s];
     if (kind == COUNT)
@@ -47,7 +45,7 @@ static void column(const trace_row *rows, int n, int s, double ghz, slot_kind ki
 }
 
 /* Clock rate from the CTAs' own spans (the median, robust to a coarse global timer). */
-static double clock_ghz(const trace_row *rows, int n, double *scratch) {
+static double clock_ghz(const hm_trace_row *rows, int n, double *scratch) {
   int m = 0;
   for (int i = 0; i < n; i++) {
     const double ns = (double)(rows[i][HM_TRACE_GT_EXIT] - rows[i][HM_TRACE_GT_ENTRY]);
@@ -61,7 +59,7 @@ static double clock_ghz(const trace_row *rows, int n, double *scratch) {
 
 /* The most busy CTAs of rows[0..n) that ran on one SM, and how many SMs ran more than one:
  * a persistent grid sized for one CTA an SM expects 1 and 0. */
-static void sm_sharing(const trace_row *rows, int n, int *most, int *shared) {
+static void sm_sharing(const hm_trace_row *rows, int n, int *most, int *shared) {
   enum { MAX_SMS = 1024 };
   int on_sm[MAX_SMS] = {0};
   *most = *shared = 0;
@@ -72,9 +70,40 @@ static void sm_sharing(const trace_row *rows, int n, int *most, int *shared) {
   }
 }
 
+/* The launch's first entry and last exit on the global timer. */
+static void launch_span(const hm_trace_row *rows, int n, unsigned long long *first,
+                        unsigned long long *last) {
+  *first = rows[0][HM_TRACE_GT_ENTRY], *last = rows[0][HM_TRACE_GT_EXIT];
+  for (int i = 1; i < n; i++) {
+    if (rows[i][HM_TRACE_GT_ENTRY] < *first) *first = rows[i][HM_TRACE_GT_ENTRY];
+    if (rows[i][HM_TRACE_GT_EXIT] > *last) *last = rows[i][HM_TRACE_GT_EXIT];
+  }
+}
+
+/* A footer line per CTA of rows[0..n) that ran a segment, by exit, the last to leave last:
+ * which CTA ends the launch, where it entered and what it waited on. */
+static void cta_lines(hm_bench *b, const hm_trace_row *rows, int n) {
+  double *v = malloc(sizeof(double) * (size_t)n);
+  int *order = malloc(sizeof(int) * (size_t)n);
+  const double ghz = v ? clock_ghz(rows, n, v) : 0;
+  if (order != NULL && ghz > 0) {
+    unsigned long long first, last;
+    launch_span(rows, n, &first, &last);
+    hm_trace_order_by_exit(rows, n, order);
+    char line[320];
+    for (int i = 0; i < n; i++) {
+      if (rows[order[i]][HM_TRACE_SEGMENTS] == 0) continue;
+      hm_trace_cta_line(line, sizeof(line), rows[order[i]], order[i], first, ghz);
+      hm_report_footer(b->report, "%s", line);
+    }
+  }
+  free(order);
+  free(v);
+}
+
 /* rows[0..n) are every CTA of the launch; the columns describe those that ran a segment,
  * which it moves to the front. */
-static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
+static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n) {
   double *v = malloc(sizeof(double) * (size_t)n);
   if (v == NULL) return;
   const double ghz = clock_ghz(rows, n, v);
@@ -83,15 +112,12 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
     free(v);
     return;
   }
-  unsigned long long first = rows[0][HM_TRACE_GT_ENTRY], last = rows[0][HM_TRACE_GT_EXIT];
-  for (int i = 1; i < n; i++) {
-    if (rows[i][HM_TRACE_GT_ENTRY] < first) first = rows[i][HM_TRACE_GT_ENTRY];
-    if (rows[i][HM_TRACE_GT_EXIT] > last) last = rows[i][HM_TRACE_GT_EXIT];
-  }
+  unsigned long long first, last;
+  launch_span(rows, n, &first, &last);
   const int launched = n;
   n = 0;
   for (int i = 0; i < launched; i++)
-    if (rows[i][HM_TRACE_SEGMENTS] > 0) memmove(rows[n++], rows[i], sizeof(trace_row));
+    if (rows[i][HM_TRACE_SEGMENTS] > 0) memmove(rows[n++], rows[i], sizeof(hm_trace_row));
   if (n == 0) {
     free(v);
     return;
@@ -139,10 +165,10 @@ static void summarize(hm_bench *b, const char *kernel, trace_row *rows, int n) {
 void hm_bench_trace_report(hm_bench *b, const hm_layer *layer, const hm_gemm_args *args, const char *kernel) {
   if (!hm_param_trace() || layer->engine->kind != HM_BACKEND_CUDA) return;
   hm_kernel *k;
-  trace_row *rows = malloc(sizeof(trace_row) * HM_TRACE_CTAS);
+  hm_trace_row *rows = malloc(sizeof(hm_trace_row) * HM_TRACE_CTAS);
   if (rows == NULL) return;
   if (hm_layer_kernel_of(layer, args, &k) != HM_OK ||
-      hm_kernel_read_global(k, "hm_trace", rows, sizeof(trace_row) * HM_TRACE_CTAS) != HM_OK) {
+      hm_kernel_read_global(k, "hm_trace", rows, sizeof(hm_trace_row) * HM_TRACE_CTAS) != HM_OK) {
     HM_WARN(BENCH, "no trace of %s: %s", kernel, hm_last_error());
     free(rows);
     return;
@@ -151,7 +177,9 @@ void hm_bench_trace_report(hm_bench *b, const hm_layer *layer, const hm_gemm_arg
   while (n < HM_TRACE_CTAS && rows[n][HM_TRACE_GT_ENTRY] != 0) n++;
   if (n == 0)
     HM_WARN(BENCH, "kernel %s wrote no trace (only the mma.sync GEMMs are traced)", kernel);
-  else
+  else {
+    if (hm_param_trace() >= 2) cta_lines(b, rows, n);
     summarize(b, kernel, rows, n);
+  }
   free(rows);
 }

@@ -109,25 +109,27 @@ if has chain; then
 fi
 
 # Per-CTA timelines of the decode GEMMs back to back (HUMMING_TRACE=1: the mma.sync kernels
-# print them under their rows), each next to the same run untraced, which times the
-# trace's own cost; dense over K, the MoE GEMMs on plan auto and on TRACE_PLANS.
+# print them under their rows; TRACE_LEVEL=2 adds a line per busy CTA, the last to leave
+# last), each next to the same run untraced, which times the trace's own cost; dense over
+# K, the MoE GEMMs on plan auto and on TRACE_PLANS.
 if has trace; then
-  for tr in 0 1; do
+  for tr in 0 "${TRACE_LEVEL:-1}"; do
     for k in ${TRACE_DENSE_K:-2048 4096 8192 16384}; do
-      check=$([[ $tr == 1 && $k == 8192 ]] && echo 1 || echo 0)
+      check=$([[ $tr != 0 && $k == 8192 ]] && echo 1 || echo 0)
       # shellcheck disable=SC2046
-      step "trace$tr-dense-k$k" 120 env HUMMING_TRACE=$tr "$bench" kernel $(dense_shape "$k") --quant w4a16 \
+      step "trace$tr-dense-k$k" 120 env HUMMING_TRACE="$tr" "$bench" kernel $(dense_shape "$k") --quant w4a16 \
         --m "${TRACE_DENSE_M:-1,16}" --chain 8 --baseline none --check "$check" --json "$LOGS/trace$tr-dense-k$k.json"
     done
     for g in gate_up down; do
       for plan in auto ${TRACE_PLANS-}; do
-        step "trace$tr-moe-$g-$plan" 150 env HUMMING_TRACE=$tr "$bench" kernel --model deepseek-v3 --quant w4a16 \
-          --layout indexed --gemm "$g" --m "${TRACE_MOE_M:-1,16}" --chain 8 --baseline none --check "$tr" \
+        step "trace$tr-moe-$g-$plan" 150 env HUMMING_TRACE="$tr" "$bench" kernel --model deepseek-v3 --quant w4a16 \
+          --layout indexed --gemm "$g" --m "${TRACE_MOE_M:-1,16}" --chain 8 --baseline none \
+          --check "$([[ $tr != 0 ]] && echo 1 || echo 0)" \
           --plan "$plan" --json "$LOGS/trace$tr-moe-$g-$plan.json"
       done
     done
   done
-  grep -h -E "^# trace|^ *[0-9]+ " "$LOGS"/trace1-*.log | cut -c1-400 >"$OUT/traces.txt"
+  grep -h -E "^# trace|^# cta |^ *[0-9]+ " "$LOGS"/trace[12]-*.log | cut -c1-400 >"$OUT/traces.txt"
 fi
 
 if has w8a8; then

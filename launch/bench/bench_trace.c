@@ -70,50 +70,55 @@ static void sm_sharing(const hm_trace_row *rows, int n, int *most, int *shared) 
   }
 }
 
-/* The launch's first entry and last exit on the global timer. */
-static void launch_span(const hm_trace_row *rows, int n, unsigned long long *first,
-                        unsigned long long *last) {
-  *first = rows[0][HM_TRACE_GT_ENTRY], *last = rows[0][HM_TRACE_GT_EXIT];
-  for (int i = 1; i < n; i++) {
-    if (rows[i][HM_TRACE_GT_ENTRY] < *first) *first = rows[i][HM_TRACE_GT_ENTRY];
-    if (rows[i][HM_TRACE_GT_EXIT] > *last) *last = rows[i][HM_TRACE_GT_EXIT];
+/* The launch's clock rate, first entry and last exit on the global timer, worked out once
+ * for the summary and the per-CTA lines. */
+typedef struct {
+  double ghz;
+  unsigned long long first, last;
+} launch_clock;
+
+/* False, with a warning, where the global timer did not advance in any CTA. */
+static bool launch_clock_of(const hm_trace_row *rows, int n, const char *kernel, launch_clock *out) {
+  double *v = malloc(sizeof(double) * (size_t)n);
+  if (v == NULL) return false;
+  out->ghz = clock_ghz(rows, n, v);
+  free(v);
+  if (!(out->ghz > 0)) {
+    HM_WARN(BENCH, "trace of %s: the global timer did not advance in any CTA", kernel);
+    return false;
   }
+  out->first = rows[0][HM_TRACE_GT_ENTRY], out->last = rows[0][HM_TRACE_GT_EXIT];
+  for (int i = 1; i < n; i++) {
+    if (rows[i][HM_TRACE_GT_ENTRY] < out->first) out->first = rows[i][HM_TRACE_GT_ENTRY];
+    if (rows[i][HM_TRACE_GT_EXIT] > out->last) out->last = rows[i][HM_TRACE_GT_EXIT];
+  }
+  return true;
 }
 
 /* A footer line per CTA of rows[0..n) that ran a segment, by exit, the last to leave last:
  * which CTA ends the launch, where it entered and what it waited on. */
-static void cta_lines(hm_bench *b, const hm_trace_row *rows, int n) {
-  double *v = malloc(sizeof(double) * (size_t)n);
+static void cta_lines(hm_bench *b, const hm_trace_row *rows, int n, const launch_clock *lc) {
   int *order = malloc(sizeof(int) * (size_t)n);
-  const double ghz = v ? clock_ghz(rows, n, v) : 0;
-  if (order != NULL && ghz > 0) {
-    unsigned long long first, last;
-    launch_span(rows, n, &first, &last);
-    hm_trace_order_by_exit(rows, n, order);
-    char line[320];
-    for (int i = 0; i < n; i++) {
-      if (rows[order[i]][HM_TRACE_SEGMENTS] == 0) continue;
-      hm_trace_cta_line(line, sizeof(line), rows[order[i]], order[i], first, ghz);
-      hm_report_footer(b->report, "%s", line);
-    }
+  if (order == NULL || !hm_trace_order_by_exit(rows, n, order)) {
+    HM_WARN(BENCH, "no per-CTA trace lines: out of memory for %d rows", n);
+    free(order);
+    return;
+  }
+  char line[320];
+  for (int i = 0; i < n; i++) {
+    if (rows[order[i]][HM_TRACE_SEGMENTS] == 0) continue;
+    hm_trace_cta_line(line, sizeof(line), rows[order[i]], order[i], lc->first, lc->ghz);
+    hm_report_footer(b->report, "%s", line);
   }
   free(order);
-  free(v);
 }
 
 /* rows[0..n) are every CTA of the launch; the columns describe those that ran a segment,
  * which it moves to the front. */
-static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n) {
+static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n, const launch_clock *lc) {
   double *v = malloc(sizeof(double) * (size_t)n);
   if (v == NULL) return;
-  const double ghz = clock_ghz(rows, n, v);
-  if (!(ghz > 0)) {
-    HM_WARN(BENCH, "trace of %s: the global timer did not advance in any CTA", kernel);
-    free(v);
-    return;
-  }
-  unsigned long long first, last;
-  launch_span(rows, n, &first, &last);
+  const double ghz = lc->ghz;
   const int launched = n;
   n = 0;
   for (int i = 0; i < launched; i++)
@@ -122,7 +127,7 @@ static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n
     free(v);
     return;
   }
-  for (int i = 0; i < n; i++) v[i] = (double)(rows[i][HM_TRACE_GT_ENTRY] - first) * 1e-3;
+  for (int i = 0; i < n; i++) v[i] = (double)(rows[i][HM_TRACE_GT_ENTRY] - lc->first) * 1e-3;
   double entry_med, entry_max;
   median_max(v, n, &entry_med, &entry_max);
   static const struct {
@@ -146,11 +151,11 @@ static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n
   int most, shared;
   sm_sharing(rows, n, &most, &shared);
   char text[1024];
-  int len =
-      snprintf(text, sizeof(text),
-               "trace %s: %d of %d CTAs busy, %d SMs running more than one (at most %d), span %.2f us, "
-               "%.2f GHz, entry +%.2f/%.2f us; median/max:",
-               kernel, n, launched, shared, most, (double)(last - first) * 1e-3, ghz, entry_med, entry_max);
+  int len = snprintf(text, sizeof(text),
+                     "trace %s: %d of %d CTAs busy, %d SMs running more than one (at most %d), span %.2f us, "
+                     "%.2f GHz, entry +%.2f/%.2f us; median/max:",
+                     kernel, n, launched, shared, most, (double)(lc->last - lc->first) * 1e-3, ghz, entry_med,
+                     entry_max);
   for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]) && len < (int)sizeof(text); c++) {
     double med, max;
     column(rows, n, cols[c].slot, ghz, cols[c].kind, v);
@@ -178,8 +183,11 @@ void hm_bench_trace_report(hm_bench *b, const hm_layer *layer, const hm_gemm_arg
   if (n == 0)
     HM_WARN(BENCH, "kernel %s wrote no trace (only the mma.sync GEMMs are traced)", kernel);
   else {
-    if (hm_param_trace() >= 2) cta_lines(b, rows, n);
-    summarize(b, kernel, rows, n);
+    launch_clock lc;
+    if (launch_clock_of(rows, n, kernel, &lc)) {
+      if (hm_param_trace() >= 2) cta_lines(b, rows, n, &lc);
+      summarize(b, kernel, rows, n, &lc);
+    }
   }
   free(rows);
 }

@@ -15,16 +15,14 @@ static int cmp_exit(const void *a, const void *b) {
   return (x->index > y->index) - (x->index < y->index);
 }
 
-void hm_trace_order_by_exit(const hm_trace_row *rows, int n, int *order) {
+bool hm_trace_order_by_exit(const hm_trace_row *rows, int n, int *order) {
   exit_at *v = malloc(sizeof(*v) * (size_t)(n > 0 ? n : 1));
-  if (v == NULL) {
-    for (int i = 0; i < n; i++) order[i] = i;
-    return;
-  }
+  if (v == NULL) return false;
   for (int i = 0; i < n; i++) v[i] = (exit_at){rows[i][HM_TRACE_GT_EXIT], i};
   qsort(v, (size_t)n, sizeof(*v), cmp_exit);
   for (int i = 0; i < n; i++) order[i] = v[i].index;
   free(v);
+  return true;
 }
 
 /* An event slot (SM clocks since entry, plus one) in us; -1 where it did not happen. */

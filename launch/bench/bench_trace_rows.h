@@ -4,6 +4,7 @@
 #ifndef HM_BENCH_TRACE_ROWS_H
 #define HM_BENCH_TRACE_ROWS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kernels/hm_trace_slots.cuh"
@@ -11,8 +12,8 @@
 typedef unsigned long long hm_trace_row[HM_TRACE_SLOTS];
 
 /* Fills order[0..n) with the indices of rows[0..n) by exit on the global timer, the
- * earliest first (ties by index). */
-void hm_trace_order_by_exit(const hm_trace_row *rows, int n, int *order);
+ * earliest first (ties by index); false, order untouched, when out of memory. */
+bool hm_trace_order_by_exit(const hm_trace_row *rows, int n, int *order);
 
 /* The line of CTA cta (row): its SM; its entry and exit in us after `first` (the launch's
  * first entry, global timer ns); its events in us after its own entry at ghz SM clocks a

@@ -31,7 +31,7 @@ static void ctas_order_by_exit(void **state) {
   make_row(rows[2], 500, 4000, 1, 0);
   make_row(rows[3], 800, 9000, 2, 0); /* ties with CTA 0: by index */
   int order[4];
-  hm_trace_order_by_exit(rows, 4, order);
+  assert_true(hm_trace_order_by_exit(rows, 4, order));
   const int want[] = {2, 0, 3, 1};
   for (int i = 0; i < 4; i++) assert_int_equal(order[i], want[i]);
 }

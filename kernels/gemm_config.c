@@ -228,12 +228,12 @@ bool hm_gemm_exclusive_sm(const hm_gemm_config *cfg) {
          t->ctas_per_sm == 1;
 }
 
-/* sm_90's 228 KiB an SM, 1 KiB of it reserved a CTA: two CTAs of this many bytes do not fit. */
-#define HM_SM90_HALF_SM_PLUS (114 * 1024)
-
 size_t hm_gemm_launch_smem_bytes(const hm_gemm_config *cfg) {
   const size_t bytes = hm_gemm_config_smem_bytes(cfg);
-  return hm_gemm_exclusive_sm(cfg) && bytes < HM_SM90_HALF_SM_PLUS ? HM_SM90_HALF_SM_PLUS : bytes;
+  /* An SM holds a block's limit plus the 1 KiB reserved a CTA: two CTAs of half that do
+   * not fit (sm_90: 114 KiB of 228). */
+  const size_t half_sm = (hm_gemm_arch_smem_limit(cfg->arch) + 1024) / 2;
+  return hm_gemm_exclusive_sm(cfg) && bytes < half_sm ? half_sm : bytes;
 }
 
 size_t hm_gemm_red_bytes(const hm_gemm_tuning *t) {

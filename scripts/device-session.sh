@@ -268,34 +268,38 @@ ncu_summary() { # log
 
 # NCU_SECTIONS="--set full" for everything Nsight measures; NCU_FP8=1 adds the fp8
 # block-scaled grouped-contiguous GEMM of issue #8 (8 x 4096 rows, gate_up).
+# NCU_SOURCE=1 keeps each report and exports its per-instruction SASS page: where the warps
+# stall, instruction by instruction (needs the SourceCounters of --set full).
+ncu_step() { # name seconds launches-to-skip bench-args...
+  local name=$1 limit=$2 skip=$3 report=()
+  shift 3
+  [ -n "${NCU_SOURCE:-}" ] && report=(-o "$LOGS/$name")
+  # shellcheck disable=SC2086
+  step "$name" "$limit" ncu --clock-control none -k regex:hm_gemm --launch-skip "$skip" --launch-count 1 $sections \
+    "${report[@]}" "$bench" "$@"
+  if [ -n "${NCU_SOURCE:-}" ]; then
+    step "$name-details" 60 ncu -i "$LOGS/$name.ncu-rep" --page details
+    step "$name-sass" 120 ncu -i "$LOGS/$name.ncu-rep" --page source --csv --print-source sass
+    ncu_summary "$LOGS/$name-details.log"
+  else
+    ncu_summary "$LOGS/$name.log"
+  fi
+}
+
 if has ncu; then
   dense=$(dense_shape)
   sections=${NCU_SECTIONS:-"--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
     --section WarpStateStats --section MemoryWorkloadAnalysis"}
   for run in ${NCU_RUNS:-auto:1 default:1}; do
     plan=${run%%:*} m=${run##*:}
-    # NCU_SOURCE=1 keeps the report and exports its per-instruction SASS page: where the
-    # warps stall, instruction by instruction (needs the SourceCounters of --set full).
-    report=()
-    [ -n "${NCU_SOURCE:-}" ] && report=(-o "$LOGS/ncu-$plan-m$m")
     # shellcheck disable=SC2086
-    step "ncu-$plan-m$m" 180 ncu --clock-control none -k regex:hm_gemm --launch-skip 3 --launch-count 1 $sections \
-      "${report[@]}" "$bench" kernel $dense --quant w4a16 --m "$m" --plan "$plan" --iters 3 --warmup 1 --check 0 \
-      --graph 0 --baseline none
-    if [ -n "${NCU_SOURCE:-}" ]; then
-      step "ncu-$plan-m$m-details" 60 ncu -i "$LOGS/ncu-$plan-m$m.ncu-rep" --page details
-      step "ncu-$plan-m$m-sass" 120 ncu -i "$LOGS/ncu-$plan-m$m.ncu-rep" --page source --csv --print-source sass
-      ncu_summary "$LOGS/ncu-$plan-m$m-details.log"
-    else
-      ncu_summary "$LOGS/ncu-$plan-m$m.log"
-    fi
+    ncu_step "ncu-$plan-m$m" 180 3 kernel $dense --quant w4a16 --m "$m" --plan "$plan" --iters 3 --warmup 1 \
+      --check 0 --graph 0 --baseline none
   done
   if [ -n "${NCU_FP8:-}" ]; then
-    # shellcheck disable=SC2086
-    step ncu-fp8-groups 150 ncu --clock-control none -k regex:hm_gemm --launch-skip 2 --launch-count 1 $sections \
-      "$bench" kernel --model deepseek-v3 --experts 8 --top-k 1 --shared-experts 0 --quant w8a8-fp8 --layout contiguous \
-      --gemm gate_up --m 32768 --iters 2 --warmup 1 --check 0 --graph 0 --baseline none
-    ncu_summary "$LOGS/ncu-fp8-groups.log"
+    ncu_step ncu-fp8-groups 150 2 kernel --model deepseek-v3 --experts 8 --top-k 1 --shared-experts 0 \
+      --quant w8a8-fp8 --layout contiguous --gemm gate_up --m 32768 --iters 2 --warmup 1 --check 0 --graph 0 \
+      --baseline none
   fi
 fi
 

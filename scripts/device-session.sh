@@ -280,6 +280,7 @@ ncu_step() { # name seconds launches-to-skip bench-args...
   if [ -n "${NCU_SOURCE:-}" ]; then
     step "$name-details" 60 ncu -i "$LOGS/$name.ncu-rep" --page details
     step "$name-sass" 120 ncu -i "$LOGS/$name.ncu-rep" --page source --csv --print-source sass
+    rm -f "$LOGS/$name.ncu-rep"  # tens of MB: the two pages carry what is read from it
     ncu_summary "$LOGS/$name-details.log"
   else
     ncu_summary "$LOGS/$name.log"

@@ -79,8 +79,42 @@ __device__ __forceinline__ float2 hm_wg_bias_pair(const hm_gemm_params &p, const
   return b;
 }
 
-// Copies the staged f32 tile ([token][column], c_pitch bytes a row) out as whole rows,
-// bias and scales applied (all computing threads, after the staging is synchronized).
+// The column pairs of a staged tile ([token][column]) out to their rows of C (all computing
+// threads, after the staging is synchronized): load(r, pc) reads token r's pair pc from shared
+// memory, store(row, r, col, v) writes it to C's row. Each thread loads a batch of pairs before
+// it stores any: one at a time, each global store waited out its shared load (generic
+// pointers, which may alias, keep them in order), and the copy took 57 % of the epilogue of
+// the fp8 and W4A16 warp-specialized kernels, 5-7 % of their consumers' time (Nsight source
+// pages, H100, twenty-fifth session).
+template <class C, class Load, class Store>
+__device__ __forceinline__ void hm_wg_pairs_out(const hm_tile &tile, const int *c_row, Load &&load,
+                                                Store &&store) {
+  using T = hm_wg_traits<C>;
+  constexpr int pairs = C::bn / 2, items = C::bm * pairs, batch = 8;
+  constexpr int per_thread = (items + T::threads - 1) / T::threads;
+  using V = decltype(load(0, 0));
+#pragma unroll 1
+  for (int i0 = 0; i0 < per_thread; i0 += batch) {
+    V v[batch];
+    int row[batch];
+#pragma unroll
+    for (int j = 0; j < batch; ++j) {
+      const int idx = threadIdx.x + (i0 + j) * T::threads, r = idx / pairs, pc = idx % pairs;
+      row[j] = -1;
+      if (idx < items && tile.n_tile * C::bn + 2 * pc < C::n) {
+        row[j] = c_row[r];
+        v[j] = load(r, pc);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < batch; ++j) {
+      const int idx = threadIdx.x + (i0 + j) * T::threads, r = idx / pairs, pc = idx % pairs;
+      if (row[j] >= 0) store(row[j], r, 2 * pc, v[j]);
+    }
+  }
+}
+
+// Copies the staged f32 tile (c_pitch bytes a row) out as whole rows, bias and scales applied.
 template <class C>
 __device__ __forceinline__ void hm_wg_write_rows(const hm_gemm_params &p, const hm_tile &tile,
                                                  const unsigned char *smem, const int *c_row,
@@ -88,18 +122,14 @@ __device__ __forceinline__ void hm_wg_write_rows(const hm_gemm_params &p, const 
   using T = hm_wg_traits<C>;
   const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
   hm_u32 *c = (hm_u32 *)p.c;
-  constexpr int pairs = C::bn / 2;
-  for (int idx = threadIdx.x; idx < C::bm * pairs; idx += T::threads) {
-    const int r = idx / pairs, pc = idx % pairs;
-    const int col = tile.n_tile * C::bn + 2 * pc;
-    const int row = c_row[r];
-    if (row < 0 || col >= C::n) continue;
-    const float2 b = hm_wg_bias_pair<C>(p, tile, 2 * pc);
-    const float rs = row_scale[r];
-    const float2 v = *(const float2 *)(smem + r * T::c_pitch + pc * 8);
-    c[((long long)row * C::n + col) >> 1] =
-        hm_h2_from_f32<C::out_bf16>((v.x * gs + b.x) * rs, (v.y * gs + b.y) * rs);
-  }
+  hm_wg_pairs_out<C>(
+      tile, c_row, [&](int r, int pc) { return *(const float2 *)(smem + r * T::c_pitch + pc * 8); },
+      [&](int row, int r, int col, float2 v) {
+        const float2 b = hm_wg_bias_pair<C>(p, tile, col);
+        const float rs = row_scale[r];
+        c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] =
+            hm_h2_from_f32<C::out_bf16>((v.x * gs + b.x) * rs, (v.y * gs + b.y) * rs);
+      });
 }
 
 // Writes the tile (all computing threads): stage, synchronize, copy rows out.
@@ -141,20 +171,14 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
     }
 }
 
-// Copies a tile staged in the output type (PITCH bytes a row) out as whole rows (all
-// computing threads, after the staging is synchronized).
+// Copies a tile staged in the output type (PITCH bytes a row) out as whole rows.
 template <class C, int PITCH>
 __device__ __forceinline__ void hm_wg_copy_rows(const hm_gemm_params &p, const hm_tile &tile,
                                                 const unsigned char *smem, const int *c_row) {
   hm_u32 *c = (hm_u32 *)p.c;
-  constexpr int pairs = C::bn / 2;
-  for (int idx = threadIdx.x; idx < C::bm * pairs; idx += hm_wg_traits<C>::threads) {
-    const int r = idx / pairs, pc = idx % pairs;
-    const int col = tile.n_tile * C::bn + 2 * pc;
-    const int row = c_row[r];
-    if (row < 0 || col >= C::n) continue;
-    c[((long long)row * C::n + col) >> 1] = *(const hm_u32 *)(smem + r * PITCH + pc * 4);
-  }
+  hm_wg_pairs_out<C>(
+      tile, c_row, [&](int r, int pc) { return *(const hm_u32 *)(smem + r * PITCH + pc * 4); },
+      [&](int row, int, int col, hm_u32 v) { c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] = v; });
 }
 
 // How a kernel stages its output tile for the coalesced copy out. In f32, bias and scales

@@ -10,7 +10,8 @@
 # work in progress. `run` builds every commit side by side, runs the GPU tests matched by
 # GPU_TESTS on the last one, then each BENCH line (arguments of `humming-moe-bench kernel`,
 # lines separated by ';') on every commit in turn, back to back (--chain 8, no baseline,
-# output checked on the last commit only). Results go to $OUT/tests.txt and $OUT/bench.txt.
+# output checked on the last commit only, unless CHECK=0). Results go to $OUT/tests.txt and
+# $OUT/bench.txt.
 # Compare within one call only: the same commit has run 7 % apart on two machines of a kind.
 set -uo pipefail
 
@@ -34,7 +35,7 @@ bench() { # sha check line
   local sha=$1 check=$2 args
   read -r -a args <<<"$3"
   (cd "/tmp/$sha" && timeout "${BENCH_LIMIT:-120}" build-gpu/humming-moe-bench kernel "${args[@]}" --chain 8 \
-    --baseline none --check "$check" 2>&1) | grep -E "^ +[0-9]|WARN|rror" | cut -c1-210
+    --baseline none --check "${CHECK:-$check}" 2>&1) | grep -E "^ +[0-9]|WARN|rror" | cut -c1-210
 }
 
 run() {

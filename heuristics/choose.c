@@ -125,6 +125,28 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
   return table->bm == 8 && hm_choose_tuning_equal(&rescheduled, table);
 }
 
+/*
+ * The fixed table's decode tile for a dense weight-only GEMM whose 64-column units are about
+ * one a SM: one unit a CTA over the whole K (bm8 bn64 bk256, four warps along k, eight
+ * stages, data-parallel) instead of Stream-K over 256-column tiles. Alone on its SM
+ * (hm_gemm_exclusive_sm), such a CTA publishes no partial and waits for none: N = 8192 at
+ * one to eight tokens ran 1.23x / 1.19x / 1.07x faster at K = 4096 / 8192 / 32768 (H100,
+ * docs/PERF.md twenty-fifth session). Within 7/8 of the SMs, as Stream-K's tile-aligned
+ * split (hm_sk_ctas); the table only knows the arch, so it is settled here. It joins the
+ * table's own tile, not replaces it: where the model prices it out of its resolution (N = K =
+ * 32768 at eight tokens), the measured Stream-K tile still stands against the model's pick.
+ */
+static bool unit_per_sm_decode(const hm_gemm_config *table, const hm_device_profile *p, hm_gemm_tuning *out) {
+  static const hm_gemm_tuning unit_tile = {8, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
+  const int64_t units = (table->layer.n + 63) / 64;
+  const bool weight_only = table->layer.act == HM_F16 || table->layer.act == HM_BF16;
+  if (table->tuning.bm != 8 || !weight_only || !hm_gemm_exclusive_sm(table) || units > p->sm_count ||
+      8 * units < 7 * (int64_t)p->sm_count || !hm_choose_tuning_legal(table, &unit_tile, p))
+    return false;
+  *out = unit_tile;
+  return true;
+}
+
 /* The best score seen, and the candidate that scored it. */
 typedef struct scored {
   int index;
@@ -149,6 +171,8 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
   hm_gemm_config table;
   const int64_t judge_m = hm_choose_bucket_m(m_lo, m_hi);
   const bool has_table = hm_gemm_select(base, judge_m, &table) == HM_OK;
+  hm_gemm_tuning unit;
+  const bool has_unit = has_table && unit_per_sm_decode(&table, p, &unit);
   scored overall = {-1, INFINITY, 0}, table_tile = {-1, INFINITY, 0};
   for (int i = 0; i < count; i++) {
     hm_gemm_config cfg = *base;
@@ -158,7 +182,8 @@ static hm_status pick_best(const hm_layer_config *lc, const hm_gemm_config *base
     keep_if_better(&overall, i, score, at_judge, false);
     hm_gemm_config as_run = cfg;
     HM_CHECK(hm_gemm_prefer_ws(&as_run, judge_m));
-    const bool is_table = has_table && hm_choose_tuning_equal(&as_run.tuning, &table.tuning);
+    const bool is_table = (has_table && hm_choose_tuning_equal(&as_run.tuning, &table.tuning)) ||
+                          (has_unit && hm_choose_tuning_equal(&as_run.tuning, &unit));
     if (is_table || (has_table && decode_reschedule(&table.tuning, &cands[i])))
       keep_if_better(&table_tile, i, score, at_judge, is_table);
   }

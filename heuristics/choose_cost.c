@@ -58,7 +58,10 @@
  * same launch ran 39.6 us), but how is not known (a traced launch had one SM run two of its
  * CTAs; padding shared memory to one CTA an SM changed nothing). It is charged as measured
  * (PARTIAL_WAVE_DP_FACTOR) where it was seen: neither data-parallel dense decode (32 tiles)
- * nor down at one token (224 tiles) ran slower than predicted.
+ * nor down at one token (224 tiles) ran slower than predicted. A dense decode tile alone on
+ * its SM (hm_gemm_exclusive_sm, which came later) is not charged: one 64-column unit a CTA,
+ * 128 on 132 SMs, ran 1.07-1.23x faster than Stream-K (N = 8192, K = 4096-32768, one to
+ * eight tokens; H100, docs/PERF.md twenty-fifth session).
  */
 #include <math.h>
 
@@ -74,6 +77,7 @@
 #define SEGMENT_FILL_US 1.5
 #define PARTIAL_FIXUP_US 2.75
 #define WARPS_TO_FILL_SM 8.0
+#define WARPS_TO_FILL_EXCLUSIVE_SM 4.0
 #define DEQUANT_WEIGHTS_PER_SM_US 2e5
 /*
  * sm_90 has no 8-bit mma.sync: ptxas unpacks each fp8 operand register into two f16 ones
@@ -121,12 +125,17 @@ static double wgmma_tile_efficiency(const hm_gemm_tuning *t) {
   return per_tile * fmin(1.0, warpgroups_per_sm / WARPGROUPS_TO_FILL_SM);
 }
 
-/* Fraction of the tensor rate a resident set of mma.sync warp tiles reaches. */
-static double warp_tile_efficiency(const hm_gemm_tuning *t) {
+/* Fraction of the tensor rate a resident set of mma.sync warp tiles reaches. A dense decode
+ * tile alone on its SM (hm_gemm_exclusive_sm) fills it with four warps, one a scheduler:
+ * N = 8192 at 1-8 tokens ran 1.09x / 1.21x faster on four warps than on eight / two
+ * (bm8 bn64 bk256, H100, docs/PERF.md twenty-fifth session). */
+static double warp_tile_efficiency(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
   const int frags = (hm_gemm_acc_rows(t) / t->warps_m / 16) * (t->bn / t->warps_n / 64);
   const double per_tile = frags >= 4 ? 0.85 : frags >= 2 ? 0.7 : 0.55;
   const double warps_per_sm = (double)t->warps_m * t->warps_n * t->warps_k * t->ctas_per_sm;
-  return per_tile * fmin(1.0, warps_per_sm / WARPS_TO_FILL_SM);
+  const double to_fill = hm_gemm_exclusive_sm(cfg) ? WARPS_TO_FILL_EXCLUSIVE_SM : WARPS_TO_FILL_SM;
+  return per_tile * fmin(1.0, warps_per_sm / to_fill);
 }
 
 /* How the kernel would share ceil(tiles) tiles on its grid (kernels/hm_sk_split.cuh): whole
@@ -165,12 +174,14 @@ static double sk_worst_latency_us(int iters, int ctas, int k_iters) {
   return worst_us;
 }
 
-static sk_split split_of(const hm_gemm_tuning *t, double tiles, double k_iters, int sm_count) {
+static sk_split split_of(const hm_gemm_config *cfg, double tiles, double k_iters, int sm_count) {
+  const hm_gemm_tuning *t = &cfg->tuning;
   const int grid = sm_count * t->ctas_per_sm;
   const int all = (int)ceil(tiles), dp = hm_sk_dp_tiles(all, grid, t->stream_k);
   const int waves = (dp + grid - 1) / grid;
   sk_split s = {waves * k_iters, false, waves * SEGMENT_FILL_US};
-  if (!t->stream_k && all < sm_count && 2 * all >= sm_count) s.makespan_iters *= PARTIAL_WAVE_DP_FACTOR;
+  if (!t->stream_k && all < sm_count && 2 * all >= sm_count && !hm_gemm_exclusive_sm(cfg))
+    s.makespan_iters *= PARTIAL_WAVE_DP_FACTOR;
   if (all == dp) return s;
   const int ctas = hm_sk_ctas(all - dp, (int)k_iters, grid, t->sk_min_iters);
   const int iters = (all - dp) * (int)k_iters;
@@ -220,7 +231,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double m_tiles_per_expert = ceil((double)valid_m / experts / t->bm);
   const double n_tiles = (double)hm_gemm_n_tiles(cfg), k_iters = (double)hm_gemm_k_iters(cfg);
   const double tiles = experts * m_tiles_per_expert * n_tiles;
-  const sk_split split = split_of(t, tiles, k_iters, p->sm_count);
+  const sk_split split = split_of(cfg, tiles, k_iters, p->sm_count);
   /* Average CTAs at work: total k-iterations over (makespan x CTAs launched). */
   const double busy = fmin((double)p->sm_count * t->ctas_per_sm, tiles * k_iters / split.makespan_iters);
 
@@ -247,7 +258,7 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const bool unpacks = t->mma == HM_MMA_SYNC && cfg->arch >= 90 && cfg->layer.act == HM_F8E4M3;
   const double dequant_rate = unpacks ? F8_UNPACK_WEIGHTS_PER_SM_US : DEQUANT_WEIGHTS_PER_SM_US;
   const double dequant_us = dequant_weights / (dequant_rate * p->sm_count * sm_share);
-  double efficiency = t->mma == HM_MMA_WGMMA ? wgmma_tile_efficiency(t) : warp_tile_efficiency(t);
+  double efficiency = t->mma == HM_MMA_WGMMA ? wgmma_tile_efficiency(t) : warp_tile_efficiency(cfg);
   if (t->mma == HM_MMA_SYNC && cfg->arch >= 90)
     efficiency *= fmin(1.0, MMA_SYNC_SM90_TFLOPS_PER_SM * p->sm_count / p->tflops_f16);
   out->compute_us = tensor_us / (sm_share * efficiency) + dequant_us;

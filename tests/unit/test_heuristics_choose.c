@@ -137,6 +137,37 @@ static void decode_keeps_every_sm_streaming(void **state) {
   }
 }
 
+/*
+ * Dense decode whose 64-column units are about one a SM takes one unit a CTA over the whole
+ * K, data-parallel, where it runs alone on its SM: N = K = 8192 at one token ran 15.80 us
+ * against 18.73 on the Stream-K tile (H100, docs/PERF.md twenty-fifth session), and the
+ * model orders them so. N = 4096 has units for half the SMs and keeps Stream-K.
+ */
+static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
+  (void)state;
+  const char *const hoppers[] = {"h100", "h200"};
+  for (size_t pi = 0; pi < HM_ARRAY_SIZE(hoppers); pi++) {
+    hm_device_profile p;
+    HM_ASSERT_OK(hm_device_profile_builtin(hoppers[pi], &p));
+    const hm_layer_config lc = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
+    hm_gemm_config cfg;
+    HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
+    assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 64 && cfg.tuning.bk == 256 &&
+                cfg.tuning.warps_k == 4 && cfg.tuning.stages == 8 && !cfg.tuning.stream_k &&
+                cfg.tuning.ctas_per_sm == 1);
+    hm_choose_cost unit, split;
+    HM_ASSERT_OK(hm_choose_cost_of(&lc, &cfg, 1, &p, &unit));
+    hm_gemm_config stream_k = cfg;
+    HM_ASSERT_OK(hm_gemm_tuning_parse("bm8_bn256_bk128_w1x4x2_s4_sk4_c1", &stream_k.tuning));
+    HM_ASSERT_OK(hm_choose_cost_of(&lc, &stream_k, 1, &p, &split));
+    assert_true(unit.predicted_us < split.predicted_us);
+
+    const hm_layer_config narrow = hm_test_layer_config("w4a16", 4096, 8192, 1, 0);
+    HM_ASSERT_OK(hm_choose_config(&narrow, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
+    assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 256 && cfg.tuning.stream_k);
+  }
+}
+
 /* MoE block_m follows the rows an expert sees (valid M / E), not the valid M itself. */
 static void moe_block_m_follows_rows_per_expert(void **state) {
   (void)state;
@@ -543,6 +574,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_preset_quant_profile_is_legal),
       cmocka_unit_test(decode_keeps_every_sm_streaming),
+      cmocka_unit_test(dense_decode_takes_a_unit_a_sm_where_units_fill_them),
       cmocka_unit_test(moe_block_m_follows_rows_per_expert),
       cmocka_unit_test(h20_and_h200_part_where_the_model_says),
       cmocka_unit_test(bad_ranges_are_refused),

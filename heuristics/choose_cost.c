@@ -241,11 +241,18 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   const double busy_sms = fmin((double)p->sm_count, ceil(busy / t->ctas_per_sm));
   const double stream_bytes_us = fmin(bw_bytes_us, fmin(busy * cta_bytes_us, busy_sms * sm_cap_bytes_us));
   const double dram_bytes = r.weight_bytes + r.act_bytes + r.out_bytes;
-  const double reread_bytes = r.weight_bytes * (m_tiles_per_expert - 1) + r.act_bytes * (n_tiles - 1);
+  /* Each kind of re-read comes from L2 where what it re-reads fits there: an expert's weights
+   * for the m-tiles, the activations for the n-tiles. Dense N = K = 8192 at eight tokens
+   * re-reads its 128 KiB of activations for each of 128 one-unit tiles and ran as fast as at
+   * one token (H100, docs/PERF.md twenty-fifth session), where charging them at DRAM's rate
+   * (the weights, 32 MiB, do not fit) had priced them at 5 us. */
   const double per_expert = experts > 0 ? r.weight_bytes / experts : 0;
-  const double reread_rate = per_expert + r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
+  const double weight_rate = per_expert + r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
+  const double act_rate = r.act_bytes <= p->l2_bytes / 2.0 ? L2_BW_FACTOR : 1.0;
+  const double reread_us_bytes =
+      r.weight_bytes * (m_tiles_per_expert - 1) / weight_rate + r.act_bytes * (n_tiles - 1) / act_rate;
   const double fixup_bytes = split.fixup ? 2.0 * p->sm_count * t->ctas_per_sm * hm_gemm_acc_rows(t) * t->bn * 4 : 0;
-  out->mem_us = (dram_bytes + (reread_bytes / reread_rate + fixup_bytes / L2_BW_FACTOR)) / stream_bytes_us;
+  out->mem_us = (dram_bytes + reread_us_bytes + fixup_bytes / L2_BW_FACTOR) / stream_bytes_us;
 
   const double padded_flops = 2.0 * experts * m_tiles_per_expert * t->bm * n_tiles * t->bn * k_iters * t->bk;
   const double sm_share = fmin(1.0, busy / t->ctas_per_sm / p->sm_count);

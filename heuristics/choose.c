@@ -126,9 +126,10 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
 }
 
 /*
- * The fixed table's decode tile for a dense weight-only GEMM whose 64-column units are about
- * one a SM: one unit a CTA over the whole K (bm8 bn64 bk256, four warps along k, eight
- * stages, data-parallel) instead of Stream-K over 256-column tiles. Alone on its SM
+ * The fixed table's decode tile for a dense 4-bit weight-only GEMM (the format measured)
+ * whose 64-column units are about one a SM: one unit a CTA over the whole K (bm8 bn64 bk256,
+ * four warps along k, eight stages, data-parallel) instead of Stream-K over 256-column
+ * tiles. Alone on its SM
  * (hm_gemm_exclusive_sm), such a CTA publishes no partial and waits for none: N = 8192 ran
  * 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at K = 4096 and 1.07x at
  * K = 32768 at one token (H100, docs/PERF.md twenty-fifth session). Within 7/8 of the SMs,
@@ -139,8 +140,9 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
 static bool unit_per_sm_decode(const hm_gemm_config *table, const hm_device_profile *p, hm_gemm_tuning *out) {
   static const hm_gemm_tuning unit_tile = {8, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
   const int64_t units = (table->layer.n + 63) / 64;
-  const bool weight_only = table->layer.act == HM_F16 || table->layer.act == HM_BF16;
-  if (table->tuning.bm != 8 || !weight_only || !hm_gemm_exclusive_sm(table) || units > p->sm_count ||
+  const bool w4a16 = hm_gemm_weight_bits(table->layer.weight) == 4 &&
+                     (table->layer.act == HM_F16 || table->layer.act == HM_BF16);
+  if (table->tuning.bm != 8 || !w4a16 || !hm_gemm_exclusive_sm(table) || units > p->sm_count ||
       8 * units < 7 * (int64_t)p->sm_count || !hm_choose_tuning_legal(table, &unit_tile, p))
     return false;
   *out = unit_tile;

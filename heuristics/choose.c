@@ -129,13 +129,13 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
  * The fixed table's decode tile for a dense 4-bit weight-only GEMM (the format measured)
  * whose 64-column units are about one a SM: one unit a CTA over the whole K (bm8 bn64 bk256,
  * four warps along k, eight stages, data-parallel) instead of Stream-K over 256-column
- * tiles. Alone on its SM
- * (hm_gemm_exclusive_sm), such a CTA publishes no partial and waits for none: N = 8192 ran
- * 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at K = 4096 and 1.07x at
- * K = 32768 at one token (H100, docs/PERF.md twenty-fifth session). Within 7/8 of the SMs,
- * as Stream-K's tile-aligned split (hm_sk_ctas); the table only knows the arch, so it is
- * settled here. It joins the table's own tile rather than replacing it: where the model
- * scores that one better (K = 32768 at eight tokens, not measured), it stands.
+ * tiles. Alone on its SM (hm_gemm_exclusive_sm), such a CTA publishes no partial and waits
+ * for none: N = 8192 ran 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at
+ * K = 4096 and 1.07x at K = 32768 at one token (H100, docs/PERF.md twenty-fifth session).
+ * Within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table only
+ * knows the arch, so it is settled here. It joins the table's own tile rather than
+ * replacing it: where the model scores that one better (K = 32768 at eight tokens, not
+ * measured), it stands.
  */
 static bool unit_per_sm_decode(const hm_gemm_config *table, const hm_device_profile *p, hm_gemm_tuning *out) {
   static const hm_gemm_tuning unit_tile = {8, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};

@@ -127,7 +127,7 @@ static double wgmma_tile_efficiency(const hm_gemm_tuning *t) {
 
 /* Fraction of the tensor rate a resident set of mma.sync warp tiles reaches. A dense decode
  * tile alone on its SM (hm_gemm_exclusive_sm) fills it with four warps, one a scheduler:
- * N = 8192 at 1-8 tokens ran 1.09x / 1.21x faster on four warps than on eight / two
+ * N = 8192 at 1-8 tokens ran 1.10x / 1.33x faster on four warps than on eight / two
  * (bm8 bn64 bk256, H100, docs/PERF.md twenty-fifth session). */
 static double warp_tile_efficiency(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;

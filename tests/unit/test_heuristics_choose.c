@@ -141,8 +141,8 @@ static void decode_keeps_every_sm_streaming(void **state) {
  * Dense decode whose 64-column units are about one a SM takes one unit a CTA over the whole
  * K, data-parallel, where it runs alone on its SM: N = K = 8192 at one token ran 15.80 us
  * against 18.73 on the Stream-K tile, at eight 15.83 against 18.76 (H100, docs/PERF.md
- * twenty-fifth session), and the model orders them so. N = 4096 has units for half the SMs and keeps
- * Stream-K.
+ * twenty-fifth session), and the model orders them so. N = 4096 has units for half the
+ * SMs and keeps Stream-K.
  */
 static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
   (void)state;

@@ -37,7 +37,8 @@ static const char *gen_template =
     "  static constexpr bool stream_k = %s;\n"
     "  static constexpr int sk_min_iters = %d;\n"
     "  static constexpr int bm = %d, bn = %d, bk = %d;\n"
-    "  static constexpr int warps_m = %d, warps_n = %d, warps_k = %d, stages = %d, ctas_per_sm = %d;\n"
+    "  static constexpr int warps_m = %d, warps_n = %d, warps_k = %d, stages = %d;\n"
+    "  static constexpr bool exclusive_sm = %s;\n"
     "  static constexpr bool ws = %s;\n"
     "  static constexpr bool tma_a = %s;\n"
     "  static constexpr bool w8a8 = %s;\n"
@@ -109,7 +110,7 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
                      w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias),
                      tf(l->global_scale), (long long)l->n, (long long)l->k, (long long)l->experts,
                      (int)cfg->compute.type, tf(t->stream_k), t->sk_min_iters, t->bm, t->bn, t->bk,
-                     t->warps_m, t->warps_n, t->warps_k, t->stages, t->ctas_per_sm, tf(t->ws),
+                     t->warps_m, t->warps_n, t->warps_k, t->stages, tf(hm_gemm_exclusive_sm(cfg)), tf(t->ws),
                      tf(hm_gemm_tma_a(cfg)), tf(w8a8), extra, sizeof(hm_gemm_kernel_params), body->traits,
                      hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
                      hm_gemm_config_smem_bytes(cfg), cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads,

@@ -5,7 +5,7 @@
 //
 // C provides: bits (16 = unquantized), act_bf16, out_bf16, group (0 = per channel),
 // zero_point, zero_const, bias, global_scale, n, k, experts, gemm_type, stream_k,
-// sk_min_iters, bm, bn, bk, warps_m, warps_n, warps_k, stages, ctas_per_sm. bm = 8 selects the
+// sk_min_iters, bm, bn, bk, warps_m, warps_n, warps_k, stages, exclusive_sm. bm = 8 selects the
 // swapped-operand step (gemm_swap.cuh): its accumulators and row maps span 16 rows, of
 // which rows 8..15 stay empty.
 #pragma once
@@ -36,12 +36,10 @@ struct hm_sync_smem {
   static constexpr int bytes = maps_off + hm_maps_bytes<C, ROWS * map_sets>;
 };
 
-// Whether a tile copies its first weight stages before the grid dependency (gemm_pdl.cuh):
-// a dense decode tile run one CTA an SM, which the launch gives its SM to itself on sm_90
-// (hm_gemm_exclusive_sm; below sm_90 no grid starts before the one ahead of it ends). The
-// first HM_EARLY_STAGES stages at most: the rest of the ring fills after the wait.
-template <class C>
-constexpr bool hm_fills_before_wait = C::gemm_type == HM_GT_DENSE && C::bm <= 16 && C::ctas_per_sm == 1;
+// A tile that has its SM to itself (C::exclusive_sm, the launch's hm_gemm_exclusive_sm: a
+// dense decode tile run one CTA an SM on sm_90) copies its first weight stages before the
+// grid dependency (gemm_pdl.cuh), the first HM_EARLY_STAGES at most: the rest of the ring
+// fills after the wait.
 constexpr int HM_EARLY_STAGES = 3;
 
 // The weight-only kernels' tile counts and pipeline stage: the activation tile, weight
@@ -109,7 +107,7 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   static constexpr int red_bytes = (C::warps_k - 1) * warps_mn * 32 * acc_regs * 4;
   using smem = hm_sync_smem<C, S::pipe_bytes, red_bytes, map_rows>;
   static constexpr int smem_bytes = smem::bytes;
-  static constexpr bool fill_before_wait = hm_fills_before_wait<C>;
+  static constexpr bool fill_before_wait = C::exclusive_sm;
 
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");

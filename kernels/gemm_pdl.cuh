@@ -27,9 +27,11 @@
 
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
 // first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
-// bulk prefetch per unit column. T: the kernel's traits (unit layout (E, N/64, K-steps)).
+// bulk prefetch per unit column (sm_90). T: the kernel's traits (unit layout (E, N/64,
+// K-steps)).
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (C::gemm_type == HM_GT_DENSE && C::bm <= 16) {
     if (threadIdx.x >= T::bn_units) return;
     const int tiles = (int)((p.m + C::bm - 1) / C::bm) * T::n_tiles;
@@ -51,6 +53,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
     const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
   }
+#endif
 }
 
 __device__ __forceinline__ void hm_pdl_wait(hm_trace_clock &tr) {
@@ -66,7 +69,9 @@ __device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p, hm_trace_c
   tr.start();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  if constexpr (!T::fill_before_wait) hm_pdl_prefetch_weights<C, T>(p);
 #endif
-  if constexpr (!T::fill_before_wait) hm_pdl_wait(tr);
+  if constexpr (!T::fill_before_wait) {
+    hm_pdl_prefetch_weights<C, T>(p);
+    hm_pdl_wait(tr);
+  }
 }

@@ -108,11 +108,9 @@ __device__ __forceinline__ void hm_mainloop_fill(const hm_gemm_params &p, const 
                                                  unsigned char *smem, const int *a_row) {
   using T = hm_gemm_traits<C>;
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
-#pragma unroll
-  for (int s = S0; s < S1; ++s) {
-    if (s < ke - kb) hm_load_plan_stage<C, PART>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
-    hm_cp_async_commit();
-  }
+  hm_cp_async_fill<S0, S1>(ke - kb, [&](int s) {
+    hm_load_plan_stage<C, PART>(plan, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
+  });
 }
 
 // Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), their first stages in

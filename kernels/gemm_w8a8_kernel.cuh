@@ -579,12 +579,9 @@ __device__ __forceinline__ void hm_w8_consume(const hm_gemm_params &p, const hm_
 template <class C, int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
 __device__ __forceinline__ void hm_w8_fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                            unsigned char *smem, const int *a_row) {
-#pragma unroll
-  for (int s = S0; s < S1; ++s) {
-    if (s < ke - kb)
-      hm_w8_load_stage<C, PART>(p, tile, kb + s, smem + s * hm_w8_traits<C>::stage_bytes, a_row);
-    hm_cp_async_commit();
-  }
+  hm_cp_async_fill<S0, S1>(ke - kb, [&](int s) {
+    hm_w8_load_stage<C, PART>(p, tile, kb + s, smem + s * hm_w8_traits<C>::stage_bytes, a_row);
+  });
 }
 
 // Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), scales applied, their

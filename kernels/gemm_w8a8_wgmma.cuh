@@ -243,11 +243,8 @@ __device__ void hm_w8wg_mainloop(const hm_gemm_params &p, const hm_tile &tile, i
   hm_wg_a_plan<C, 1> ap;
   hm_wg_a_plan_init<C>(ap, p, a_row);
   const int count = ke - kb;
-#pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < count) hm_w8wg_load_stage<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes, a_row);
-    hm_cp_async_commit();
-  }
+  hm_cp_async_fill<0, C::stages - 1>(
+      count, [&](int s) { hm_w8wg_load_stage<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes, a_row); });
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 2>();
     hm_fence_proxy_async();

@@ -201,14 +201,10 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
   hm_wg_a_plan<C, 2> ap;
   hm_wg_a_plan_init<C>(ap, p, a_row);
   const int count = ke - kb;
-#pragma unroll
-  for (int s = 0; s < C::stages - 2; ++s) {
-    if (s < count) {
-      hm_wg_load_groups<C>(p, tile, kb + s, smem + s * T::stage_bytes);
-      hm_wg_load_units<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes);
-    }
-    hm_cp_async_commit();
-  }
+  hm_cp_async_fill<0, C::stages - 2>(count, [&](int s) {
+    hm_wg_load_groups<C>(p, tile, kb + s, smem + s * T::stage_bytes);
+    hm_wg_load_units<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes);
+  });
   hm_wg_frags_t<C> af;
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 3>();

@@ -26,3 +26,15 @@ template <int N>
 __device__ __forceinline__ void hm_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+
+// Issues a pipeline's first stages [S0, S1) of the count k-tiles it runs, load(s) for each
+// and a commit group each, empty past count, so that the mainloop's wait for all but its
+// newest groups finds each stage's copies done whatever the segment's length.
+template <int S0, int S1, class Load>
+__device__ __forceinline__ void hm_cp_async_fill(int count, Load &&load) {
+#pragma unroll
+  for (int s = S0; s < S1; ++s) {
+    if (s < count) load(s);
+    hm_cp_async_commit();
+  }
+}

@@ -127,23 +127,27 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
 
 /*
  * The fixed table's decode tile for a dense 4-bit weight-only GEMM (the format measured)
- * whose 64-column units are about one a SM: one unit a CTA over the whole K (bm8 bn64 bk256,
- * four warps along k, eight stages, data-parallel) instead of Stream-K over 256-column
- * tiles. Alone on its SM (hm_gemm_exclusive_sm), such a CTA publishes no partial and waits
- * for none: N = 8192 ran 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at
- * K = 4096 and 1.07x at K = 32768 at one token (H100, docs/PERF.md twenty-fifth session).
- * Within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table only
- * knows the arch, so it is settled here. It joins the table's own tile rather than
- * replacing it: where the model scores that one better (K = 32768 at eight tokens, not
- * measured), it stands.
+ * whose 64-column units are about one a SM: one unit a CTA over the whole K (bn64 bk256,
+ * four warps along k, eight stages, data-parallel, the table's 8 or 16 rows) instead of
+ * Stream-K over 256-column tiles. Alone on its SM (hm_gemm_exclusive_sm), such a CTA
+ * publishes no partial and waits for none. N = 8192 on an H100 (docs/PERF.md, twenty-fifth
+ * session): 8 rows ran 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at
+ * K = 4096 and 1.07x at K = 32768 at one token; 16 rows at 16 tokens 1.19x at K = 4096 and
+ * 1.09x at K = 8192, but 0.93x at K = 32768. Within 7/8 of the SMs, as Stream-K's
+ * tile-aligned split (hm_sk_ctas); the table only knows the arch, so it is settled here.
+ * It joins the table's own tile rather than replacing it: where the model scores that one
+ * better, it stands (16 rows at K = 32768, as measured; 8 rows at K = 32768 and eight
+ * tokens, not measured).
  */
 static bool unit_per_sm_decode(const hm_gemm_config *table, const hm_device_profile *p, hm_gemm_tuning *out) {
-  static const hm_gemm_tuning unit_tile = {8, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
+  hm_gemm_tuning unit_tile = {8, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
+  unit_tile.bm = table->tuning.bm;
   const int64_t units = (table->layer.n + 63) / 64;
   const bool w4a16 = hm_gemm_weight_bits(table->layer.weight) == 4 &&
                      (table->layer.act == HM_F16 || table->layer.act == HM_BF16);
-  if (table->tuning.bm != 8 || !w4a16 || !hm_gemm_exclusive_sm(table) || units > p->sm_count ||
-      8 * units < 7 * (int64_t)p->sm_count || !hm_choose_tuning_legal(table, &unit_tile, p))
+  if ((table->tuning.bm != 8 && table->tuning.bm != 16) || !w4a16 || !hm_gemm_exclusive_sm(table) ||
+      units > p->sm_count || 8 * units < 7 * (int64_t)p->sm_count ||
+      !hm_choose_tuning_legal(table, &unit_tile, p))
     return false;
   *out = unit_tile;
   return true;

@@ -142,7 +142,8 @@ static void decode_keeps_every_sm_streaming(void **state) {
  * K, data-parallel, where it runs alone on its SM: N = K = 8192 at one token ran 15.80 us
  * against 18.73 on the Stream-K tile, at eight 15.83 against 18.76 (H100, docs/PERF.md
  * twenty-fifth session), and the model orders them so. N = 4096 has units for half the
- * SMs and keeps Stream-K.
+ * SMs and keeps Stream-K. The 16-row tile at 16 tokens: 10.80 against 12.83 us at
+ * K = 4096, 17.65 against 19.26 at K = 8192, but 60.08 against 55.63 at K = 32768.
  */
 static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
   (void)state;
@@ -168,6 +169,16 @@ static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
     const hm_layer_config narrow = hm_test_layer_config("w4a16", 4096, 8192, 1, 0);
     HM_ASSERT_OK(hm_choose_config(&narrow, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
     assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 256 && cfg.tuning.stream_k);
+
+    /* 16 rows: a unit a CTA where it ran faster (K = 4096, 8192), Stream-K where slower. */
+    const int64_t ks[] = {4096, 8192, 32768};
+    for (size_t ki = 0; ki < HM_ARRAY_SIZE(ks); ki++) {
+      const hm_layer_config deep = hm_test_layer_config("w4a16", 8192, ks[ki], 1, 0);
+      HM_ASSERT_OK(hm_choose_config(&deep, HM_GEMM_DENSE, &p, 8, 16, &cfg, NULL));
+      assert_int_equal(cfg.tuning.bm, 16);
+      assert_int_equal(cfg.tuning.bn, ks[ki] == 32768 ? 256 : 64);
+      assert_true(cfg.tuning.stream_k == (ks[ki] == 32768));
+    }
   }
 }
 

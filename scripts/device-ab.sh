@@ -13,6 +13,10 @@
 # output checked on the last commit only, unless CHECK=0). Results go to $OUT/tests.txt and
 # $OUT/bench.txt.
 # Compare within one call only: the same commit has run 7 % apart on two machines of a kind.
+# Each commit compiles into a kernel cache of its own. SASS="R2UR|HGMMA" then counts those
+# opcodes in every kernel a commit compiled ($OUT/sass.txt); AFTER_PHASES="fp8shapes kernels"
+# runs those phases of device-session.sh on the last commit's tree with what is left of
+# CALL_LIMIT seconds (580) from the start, its logs under $OUT/session.
 set -uo pipefail
 
 pack() {
@@ -34,15 +38,27 @@ build() { # sha
 bench() { # sha check line
   local sha=$1 check=$2 args
   read -r -a args <<<"$3"
-  (cd "/tmp/$sha" && timeout "${BENCH_LIMIT:-120}" build-gpu/humming-moe-bench kernel "${args[@]}" --chain 8 \
-    --baseline none --check "${CHECK:-$check}" 2>&1) | grep -E "^ +[0-9]|WARN|rror" | cut -c1-210
+  (cd "/tmp/$sha" && HUMMING_CACHE_DIR="/tmp/$sha-cache" timeout "${BENCH_LIMIT:-120}" build-gpu/humming-moe-bench \
+    kernel "${args[@]}" --chain 8 --baseline none --check "${CHECK:-$check}" 2>&1) | grep -E "^ +[0-9]|WARN|rror" |
+    cut -c1-210
+}
+
+sass_counts() { # sha
+  local d name
+  for d in "/tmp/$1-cache"/kernels/*/*; do
+    [ -f "$d/kernel.cubin" ] || continue
+    name=$(grep -oE "hm_[a-z0-9_]+\.cu" "$d/options.txt" | head -1)
+    cuobjdump -sass "$d/kernel.cubin" >/tmp/ab-sass.txt 2>&1
+    printf '%s %s:' "$1" "$name"
+    for op in ${SASS//|/ }; do printf ' %s %d' "$op" "$(grep -cE "\b$op\b" /tmp/ab-sass.txt)"; done
+    echo
+  done
 }
 
 run() {
   : "${OUT:?OUT must name the folder results go to}"
   # shellcheck disable=SC1091
   source .devdeps/env.sh
-  export HUMMING_CACHE_DIR=${HUMMING_CACHE_DIR:-/tmp/humming-cache}
   read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"
   for c in "${commits[@]}"; do build "$c" || { echo "build of $c failed"; exit 1; }; done
   local last=${commits[${#commits[@]} - 1]}
@@ -58,6 +74,13 @@ run() {
       bench "$c" "$([[ $c == "$last" ]] && echo 1 || echo 0)" "$line"
     done
   done 2>&1 | tee "$OUT/bench.txt"
+  if [ -n "${SASS:-}" ]; then
+    for c in "${commits[@]}"; do sass_counts "$c"; done >"$OUT/sass.txt"
+  fi
+  if [ -n "${AFTER_PHASES:-}" ]; then
+    (cd "/tmp/$last" && OUT="$OUT/session" HUMMING_CACHE_DIR="/tmp/$last-cache" PHASES="$AFTER_PHASES" \
+      DEADLINE_S=$((${CALL_LIMIT:-580} - SECONDS)) bash scripts/device-session.sh >"$OUT/session.txt" 2>&1)
+  fi
 }
 
 case "${1:-}" in

@@ -142,6 +142,20 @@ static void first_error_line(const char *log, char *buf, size_t len) {
   snprintf(buf, len, "%.*s", (int)strcspn(line, "\n"), line);
 }
 
+/*
+ * A compile that succeeded but whose assembler reports a performance loss (ptxas's
+ * "Potential Performance Loss", e.g. C7513: wgmma serialized because a register it reads
+ * is written inside its pipeline stage) is a kernel several times slower than its tiling
+ * promises: say so, once per compile, rather than run it silently.
+ */
+static void warn_performance_loss(const char *log, const char *kernel, const char *arch) {
+  const char *line = strstr(log, "Performance Loss");
+  if (line == NULL) return;
+  while (line > log && line[-1] != '\n') line--;
+  line += strspn(line, " \t");
+  HM_WARN(JIT, "kernel %s for %s compiled slow: %.*s", kernel, arch, (int)strcspn(line, "\n"), line);
+}
+
 /* Keeps a failed compile's log where the error message can point to it. */
 static void keep_failure_log(const hm_jit_config *cfg, const hm_kernel_source *src, const struct request *r,
                              const hm_compile_output *co, bool store, char *path, size_t len) {
@@ -182,6 +196,7 @@ static hm_status compile_to(const hm_jit_config *cfg, const hm_kernel_source *sr
             cfg->compiler_id, line, path);
   }
   outcome->compiled = true;
+  warn_performance_loss(co.log, src->name, r->arch);
   HM_INFO(JIT, "compiled %s for %s in %.3f s (%.3f s CPU, %zu bytes, key %.16s)", src->name, r->arch,
           co.seconds, co.cpu_seconds, co.cubin_size, r->key);
   if (store) {

@@ -3,6 +3,7 @@
  * What ptxas gave a kernel, read back from its cubin on the CPU: the register count, and
  * the stack frame that register spills need. NVRTC compiles tj_spill_source (one kernel
  * that must spill, one that fits); a corrupt image and an unknown kernel name are refused.
+ * A kernel whose wgmmas ptxas had to serialize compiles, with a warning that names it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,9 +56,60 @@ static void bad_images_and_names_are_refused(void **state) {
   assert_int_equal(hm_cubin_kernel_resources(&empty, "hm_spill", &r), HM_CORRUPT);
 }
 
+/* Two wgmmas of one pipeline stage with the accumulators written between them by a plain
+ * multiply: ptxas inserts a wait and serializes the pipeline (C7511). */
+static const char serialized_source[] =
+    "#define MMA \"wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, \" \\\n"
+    "  \"{%4, %5, %6, %7}, %8, 1, 1, 1, 0;\\n\"\n"
+    "#define ACC \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
+    "#define IN \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc)\n"
+    "extern \"C\" __global__ void __launch_bounds__(128) hm_serialized(const unsigned *x,\n"
+    "                                                              unsigned long long desc, float *y) {\n"
+    "  float d[4] = {0, 0, 0, 0};\n"
+    "  unsigned a[4];\n"
+    "  for (int i = 0; i < 4; i++) a[i] = x[threadIdx.x + 128 * i];\n"
+    "  asm volatile(\"wgmma.fence.sync.aligned;\\n\");\n"
+    "  asm volatile(MMA : ACC : IN);\n"
+    "  d[0] *= 3.0f;\n"
+    "  asm volatile(MMA : ACC : IN);\n"
+    "  asm volatile(\"wgmma.commit_group.sync.aligned;\\n\");\n"
+    "  asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" : ACC);\n"
+    "  y[threadIdx.x] = d[0] + d[1] + d[2] + d[3];\n"
+    "}\n";
+
+static int slow_warnings;
+
+static void count_slow_warnings(hm_log_level level, const char *line, void *user) {
+  (void)user;
+  if (level == HM_LOG_WARN && strstr(line, "hm_serialized") && strstr(line, "Performance Loss"))
+    slow_warnings++;
+}
+
+static void serialized_wgmma_is_a_warning(void **state) {
+  (void)state;
+  const hm_kernel_source src = {
+      .name = "hm_serialized", .source = serialized_source, .arch = 90, .arch_specific = true};
+  slow_warnings = 0;
+  hm_log_set(count_slow_warnings, NULL);
+  hm_cubin c;
+  const hm_status st = hm_jit_compile_uncached(&src, &c);
+  hm_log_set(NULL, NULL);
+  HM_ASSERT_OK(st);
+  assert_int_equal(slow_warnings, 1);
+  hm_jit_cubin_free(&c);
+
+  /* A clean compile says nothing. */
+  hm_log_set(count_slow_warnings, NULL);
+  compile(90, true, &c);
+  hm_log_set(NULL, NULL);
+  assert_int_equal(slow_warnings, 1);
+  hm_jit_cubin_free(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(spills_show_as_a_stack_frame),
-                                     cmocka_unit_test(bad_images_and_names_are_refused)};
+                                     cmocka_unit_test(bad_images_and_names_are_refused),
+                                     cmocka_unit_test(serialized_wgmma_is_a_warning)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();
   return rc;

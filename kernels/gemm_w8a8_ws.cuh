@@ -32,7 +32,6 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
   // about 220 of the 224 this leaves it (192 sums, descriptors, scales, addresses).
   using layout = hm_ws_layout<C, W::pipe_bytes, hm_wg_c_out<C>::bytes, 56>;
   static constexpr int smem_bytes = layout::smem_bytes;
-  static constexpr bool turns = W::fold;  // each block's wgmmas are waited out before its fold
 
   static_assert(G::wtm % 64 == 0, "a warpgroup's tokens are whole m64 blocks");
   static_assert(G::acc_regs + wn_regs <= 192, "accumulators and one m64 block's sums in a consumer's registers");
@@ -190,10 +189,10 @@ __device__ __forceinline__ void hm_w8ss_finish(const hm_gemm_params &p, const hm
 }
 
 // Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ..., scales
-// applied. Folding configs take a stage's m64 blocks one at a time: take the turn, issue
-// its wgmmas, pass the turn, wait them out, fold (the slot goes back after the last
-// block's wait); the other warpgroup's wgmmas, issued next, cover each fold, and one
-// block's sums in registers leave room for two blocks' accumulators. The row scales are read before the wgmmas are issued and the next block
+// applied. Folding configs take a stage's m64 blocks one at a time: issue its wgmmas, wait
+// them out, fold (the slot goes back after the last block's wait); the other warpgroup's
+// wgmmas cover each fold, and one block's sums in registers leave room for two blocks'
+// accumulators. The row scales are read before the wgmmas are issued and the next block
 // scale is loaded under them, so that nothing but the wgmmas lies between fence and
 // commit. int8 without K-varying scales sums every block in place and keeps one stage's
 // wgmmas in flight while the next is issued.
@@ -206,16 +205,13 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
     hm_wg_acc_zero<C>(acc);
     hm_w8ss_block_t<C> d;
     float ws = hm_w8wg_block_scale<C>(p, tile, at.wn * hm_wg_traits<C>::wtn, kb);
-    const int wg = threadIdx.x >> 7;
     for (int kt = kb; kt < ke; ++kt, ++n) {
       const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
       float s[T::mt][2];
       hm_w8ss_row_scales<C>(st, at, ws, s);
 #pragma unroll
       for (int mi = 0; mi < T::mt; ++mi) {
-        hm_ws_turn_take<C>(wg);
         hm_w8ss_issue<C, true>(st, at, mi, d[0]);
-        hm_ws_turn_pass<C>(wg);
         if (mi == T::mt - 1) ws = hm_w8wg_block_scale<C>(p, tile, at.wn * T::wtn, kt + 1 < ke ? kt + 1 : kt);
         hm_w8ss_wait(d[0]);
         if (mi == T::mt - 1) hm_ws_release<C>(ring, n, at.lane);

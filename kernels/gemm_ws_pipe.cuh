@@ -24,8 +24,6 @@
 //                                                  (pt 0 also issues the bulk copies)
 //   mainloop(p, tile, kb, ke, ring, n, a_row, at, acc)  a segment's k-tiles, stages n, n+1, ..
 //   store(p, tile, kb, ke, sk, c_stage, maps, at, acc)  the segment's output
-//   turns                                          whether the mainloop takes turns
-//                                                  (hm_ws_turn_take)
 #pragma once
 
 #include "gemm_wgmma_kernel.cuh"
@@ -167,32 +165,6 @@ __device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n
   hm_mbar_arrive_if(&ring.empty[n % C::stages], lane == 0 && ready);
 }
 
-// The consumer warpgroups' turns at the tensor cores (barriers 3 and 4), for a policy with
-// K::turns: a mainloop that waits out each batch of its wgmmas before register work of its
-// own (the fp8 fold). Warpgroup wg takes its turn before issuing a batch and passes it on
-// as soon as the batch is issued, so that the tensor cores run the two warpgroups' batches
-// one after the other and each batch covers the other warpgroup's fold. Left alone, two
-// warpgroups that issue together finish together and fold together, and the tensor cores
-// idle through both folds.
-// The barrier ids stay constants in each branch: an id in a register makes ptxas reserve
-// all sixteen.
-constexpr int hm_ws_turn_bar = 3;
-
-template <class C>
-__device__ __forceinline__ void hm_ws_turn_take(int wg) {
-  if (wg == 0)
-    hm_named_sync(hm_ws_turn_bar, hm_wg_traits<C>::threads);
-  else
-    hm_named_sync(hm_ws_turn_bar + 1, hm_wg_traits<C>::threads);
-}
-template <class C>
-__device__ __forceinline__ void hm_ws_turn_pass(int wg) {
-  if (wg == 0)
-    hm_named_arrive(hm_ws_turn_bar + 1, hm_wg_traits<C>::threads);
-  else
-    hm_named_arrive(hm_ws_turn_bar, hm_wg_traits<C>::threads);
-}
-
 // The consumer warpgroups: per segment wait for its row maps, accumulate, store (or
 // publish the Stream-K partial), then hand the map set back.
 template <class C, class K>
@@ -200,11 +172,8 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
   using L = typename K::layout;
   const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
   const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
-  const int wg = threadIdx.x >> 7;
   hm_wg_acc_t<C> acc;
   unsigned n = 0, seg = 0;
-  if constexpr (K::turns)
-    if (wg == 1) hm_ws_turn_pass<C>(wg);  // warpgroup 0 goes first
   hm_walk_segments<C, hm_wg_traits<C>>(p, tiles, hm_ws_maps<C, L>(smem, 0).prefix,
                 [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
                   const int b = seg & 1;
@@ -216,9 +185,6 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                   if (threadIdx.x == 0) hm_mbar_arrive(&ring.maps_empty[b]);
                   ++seg;
                 });
-  // Warpgroup 1 passed after its last batch: take that turn, so no arrival is left behind.
-  if constexpr (K::turns)
-    if (wg == 0) hm_ws_turn_take<C>(wg);
 }
 
 template <class C, class K>

@@ -72,7 +72,6 @@ struct hm_wgws_traits : hm_wg_traits<C> {
   // accumulators, A fragments, scales) at 208 does not (ptxas 13.0).
   using layout = hm_ws_layout<C, G::pipe_bytes, hm_wg_c_out<C>::bytes, 80>;
   static constexpr int smem_bytes = layout::smem_bytes;
-  static constexpr bool turns = false;  // wgmmas stay in flight across the dequant
 
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
                                                     unsigned char *st, unsigned long long *full,

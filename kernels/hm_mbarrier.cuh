@@ -100,11 +100,6 @@ __device__ __forceinline__ void hm_named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// This warp's arrival on barrier `id` without waiting for the others.
-__device__ __forceinline__ void hm_named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // The warpgroup gives registers back to the CTA's pool, or takes them from it; all its
 // threads execute it. N a multiple of 8 in 24..256.
 template <int N>

@@ -15,8 +15,9 @@
 # Compare within one call only: the same commit has run 7 % apart on two machines of a kind.
 # Each commit compiles into a kernel cache of its own. SASS="R2UR|HGMMA" then counts those
 # opcodes in every kernel a commit compiled ($OUT/sass.txt); AFTER_PHASES="fp8shapes kernels"
-# runs those phases of device-session.sh on the last commit's tree with what is left of
-# CALL_LIMIT seconds (580) from the start, its logs under $OUT/session.
+# runs those phases of device-session.sh on the tree of AFTER_ON (one of COMMITS, the last by
+# default) with what is left of CALL_LIMIT seconds (580) from the start, its logs under
+# $OUT/session.
 set -uo pipefail
 
 pack() {
@@ -78,7 +79,8 @@ run() {
     for c in "${commits[@]}"; do sass_counts "$c"; done >"$OUT/sass.txt"
   fi
   if [ -n "${AFTER_PHASES:-}" ]; then
-    (cd "/tmp/$last" && OUT="$OUT/session" HUMMING_CACHE_DIR="/tmp/$last-cache" PHASES="$AFTER_PHASES" \
+    local on=${AFTER_ON:-$last}
+    (cd "/tmp/$on" && OUT="$OUT/session" HUMMING_CACHE_DIR="/tmp/$on-cache" PHASES="$AFTER_PHASES" \
       DEADLINE_S=$((${CALL_LIMIT:-580} - SECONDS)) bash scripts/device-session.sh >"$OUT/session.txt" 2>&1)
   fi
 }

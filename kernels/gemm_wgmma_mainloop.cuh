@@ -205,6 +205,10 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
     hm_wg_load_groups<C>(p, tile, kb + s, smem + s * T::stage_bytes);
     hm_wg_load_units<C>(ap, p, tile, kb + s, smem + s * T::stage_bytes);
   });
+  // A stage's weight units in fewer 16-byte copies than threads (bn64 bk64 of 4-bit codes
+  // on two warpgroups) are copied with its groups, before the steps: issued between them,
+  // ptxas 13.0 serialized those tiles' wgmmas (C7513; bm128 s5, bm64 s6).
+  constexpr bool units_first = T::bn_units * T::steps * T::unit_bytes / 16 < T::threads;
   hm_wg_frags_t<C> af;
   for (int i = 0; i < count; ++i) {
     hm_cp_async_wait<C::stages - 3>();
@@ -213,8 +217,12 @@ __device__ __forceinline__ void hm_wg_mainloop(const hm_gemm_params &p, const hm
     const int next = i + C::stages - 2;
     unsigned char *next_st = smem + (next % C::stages) * T::stage_bytes;
     if (next < count) hm_wg_load_groups<C>(p, tile, kb + next, next_st);
+    if constexpr (units_first) hm_load_b<C, T>(p, tile, kb + next, next_st, 0, next < count);
     hm_wg_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, wm, wn, src, af, acc, [] {}, [&](int s) {
-      hm_wg_load_units<C, T::steps>(ap, p, tile, kb + next, next_st, s, next < count);
+      if constexpr (units_first)
+        ap.template stage<T::steps>(kb + next, hm_smem_addr(next_st), s, next < count);
+      else
+        hm_wg_load_units<C, T::steps>(ap, p, tile, kb + next, next_st, s, next < count);
     });
     hm_cp_async_commit();
   }

@@ -151,8 +151,8 @@ static void first_error_line(const char *log, char *buf, size_t len) {
 static void warn_performance_loss(const char *log, const char *kernel, const char *arch) {
   const char *line = strstr(log, "Performance Loss");
   if (line == NULL) return;
-  while (line > log && line[-1] != '\n') line--;
-  line += strspn(line, " \t");
+  while (line > log && line[-1] != '\n' && line[-1] != '(') line--;  /* from ptxas's "(C75..)" */
+  if (line > log && line[-1] == '(') line--;
   HM_WARN(JIT, "kernel %s for %s compiled slow: %.*s", kernel, arch, (int)strcspn(line, "\n"), line);
 }
 

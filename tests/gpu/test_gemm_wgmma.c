@@ -6,7 +6,8 @@
  * gate-up and down with top-k weights, grouped-contiguous, grouped-masked, an expert
  * with no tokens) at 64, 333 and 4096 tokens. Tile shapes rotate over the cases so that
  * each warpgroup layout, Stream-K and data-parallel schedule runs; then the same with
- * the warp-specialized tiles (gemm_ws_wgmma.cuh). Skips without an sm_90 device.
+ * the warp-specialized tiles (gemm_ws_wgmma.cuh), and the dense formats on the bn64 bk64
+ * two-warpgroup tiles. Skips without an sm_90 device.
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
@@ -71,8 +72,16 @@ typedef struct shape_set {
   int count;
 } shape_set;
 
+/* bn64 bk64 on two warpgroups: with 4-bit codes a stage's units take fewer 16-byte copies
+ * than there are threads, and are copied before the k16 steps rather than between them. */
+static const hm_gemm_tuning few_copy_shapes[] = {
+    {128, 64, 64, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},
+    {64, 64, 64, 2, 4, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},
+};
+
 static const shape_set plain = {shapes, (int)HM_ARRAY_SIZE(shapes)};
 static const shape_set specialized = {ws_shapes, (int)HM_ARRAY_SIZE(ws_shapes)};
+static const shape_set few_copies = {few_copy_shapes, (int)HM_ARRAY_SIZE(few_copy_shapes)};
 
 static const int64_t m_list[] = {64, 333, 4096};
 
@@ -202,6 +211,11 @@ static void ws_dense_formats_match_reference(void **state) {
   dense_check(&specialized, "wgmma_ws_dense_formats_match_reference");
 }
 
+static void few_unit_copies_match_reference(void **state) {
+  (void)state;
+  dense_check(&few_copies, "wgmma_few_unit_copies_match_reference");
+}
+
 #define MOE_CASES ((int)HM_ARRAY_SIZE(moe_cases))
 static const hm_gemm_type moe_types[] = {HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS, HM_GEMM_GROUPED_MASKED};
 #define MOE_TYPES ((int)HM_ARRAY_SIZE(moe_types))
@@ -293,11 +307,9 @@ int main(void) {
   }
   printf("# device: %s\n", hm_engine_device_name(engine));
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(dense_formats_match_reference),
-      cmocka_unit_test(moe_layouts_match_reference),
-      cmocka_unit_test(ws_dense_formats_match_reference),
-      cmocka_unit_test(ws_moe_layouts_match_reference),
-      cmocka_unit_test(stream_k_is_deterministic),
+      cmocka_unit_test(dense_formats_match_reference),    cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(ws_dense_formats_match_reference), cmocka_unit_test(few_unit_copies_match_reference),
+      cmocka_unit_test(ws_moe_layouts_match_reference),   cmocka_unit_test(stream_k_is_deterministic),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

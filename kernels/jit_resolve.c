@@ -146,7 +146,8 @@ static void first_error_line(const char *log, char *buf, size_t len) {
  * A compile that succeeded but whose assembler reports a performance loss (ptxas's
  * "Potential Performance Loss", e.g. C7513: wgmma serialized because a register it reads
  * is written inside its pipeline stage) is a kernel several times slower than its tiling
- * promises: say so, once per compile, rather than run it silently.
+ * promises: say so rather than run it silently, in every process that gets it (the one that
+ * compiled it and those that load it from the cache), as for register spills.
  */
 static void warn_performance_loss(const char *log, const char *kernel, const char *arch) {
   const char *line = strstr(log, "Performance Loss");
@@ -154,6 +155,18 @@ static void warn_performance_loss(const char *log, const char *kernel, const cha
   while (line > log && line[-1] != '\n' && line[-1] != '(') line--;  /* from ptxas's "(C75..)" */
   if (line > log && line[-1] == '(') line--;
   HM_WARN(JIT, "kernel %s for %s compiled slow: %.*s", kernel, arch, (int)strcspn(line, "\n"), line);
+}
+
+/* The warning above for a kernel loaded from the cache, from its entry's compile log. */
+static void warn_cached_performance_loss(const struct request *r, const char *kernel) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof(path), "%s/log.txt", r->entry_dir);
+  void *log = NULL;
+  size_t size = 0;
+  bool missing = false;
+  if (hm_cache_file_read(path, 1 << 20, &log, &size, &missing) == HM_OK && !missing)
+    warn_performance_loss(log, kernel, r->arch);
+  free(log);
 }
 
 /* Keeps a failed compile's log where the error message can point to it. */
@@ -236,6 +249,7 @@ static hm_status resolve_cached(const hm_jit_config *cfg, const hm_kernel_source
   if (try_load(cfg, r, out, &broken, why, sizeof(why))) {
     out->seconds = hm_jit_now_s() - start;
     outcome->from_disk = true;
+    warn_cached_performance_loss(r, src->name);
     return HM_OK;
   }
   if (cfg->cache_mode == HM_CACHE_READ_ONLY) return compile_to(cfg, src, r, false, out, outcome);
@@ -251,6 +265,7 @@ static hm_status resolve_cached(const hm_jit_config *cfg, const hm_kernel_source
   if (try_load(cfg, r, out, &broken, why, sizeof(why))) {
     out->seconds = hm_jit_now_s() - start;
     outcome->from_disk = true;
+    warn_cached_performance_loss(r, src->name);
   } else {
     if (broken) HM_WARN(CACHE, "cache entry %s is broken (%s); recompiling %s", r->entry_dir, why, src->name);
     outcome->broken = broken;

@@ -3,7 +3,8 @@
  * What ptxas gave a kernel, read back from its cubin on the CPU: the register count, and
  * the stack frame that register spills need. NVRTC compiles tj_spill_source (one kernel
  * that must spill, one that fits); a corrupt image and an unknown kernel name are refused.
- * A kernel whose wgmmas ptxas had to serialize compiles, with a warning that names it.
+ * A kernel whose wgmmas ptxas had to serialize compiles, with a warning that names it,
+ * and a process that loads it from the cache warns again.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,10 +109,30 @@ static void serialized_wgmma_is_a_warning(void **state) {
   hm_jit_cubin_free(&c);
 }
 
+/* A process that loads the kernel from the cache says so too, from the entry's log. */
+static void serialized_wgmma_from_the_cache_is_a_warning(void **state) {
+  (void)state;
+  const hm_kernel_source src = {
+      .name = "hm_serialized", .source = serialized_source, .arch = 90, .arch_specific = true};
+  slow_warnings = named_warnings = 0;
+  hm_log_set(count_slow_warnings, NULL);
+  const hm_cubin *c = NULL;
+  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c));
+  assert_false(c->from_cache);
+  hm_shutdown(); /* forgets the kernel: the next get reads the cache entry */
+  hm_log_set(count_slow_warnings, NULL);
+  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c));
+  assert_true(c->from_cache);
+  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c)); /* in memory now: said once a process */
+  hm_log_set(NULL, NULL);
+  assert_int_equal(named_warnings, 2);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(spills_show_as_a_stack_frame),
-                                     cmocka_unit_test(bad_images_and_names_are_refused),
-                                     cmocka_unit_test(serialized_wgmma_is_a_warning)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(spills_show_as_a_stack_frame), cmocka_unit_test(bad_images_and_names_are_refused),
+      cmocka_unit_test(serialized_wgmma_is_a_warning),
+      cmocka_unit_test_setup_teardown(serialized_wgmma_from_the_cache_is_a_warning, tj_setup, tj_teardown)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();
   return rc;

@@ -87,14 +87,20 @@ static void count_slow_warnings(hm_log_level level, const char *line, void *user
   if (strstr(line, "hm_serialized") && strstr(line, "Performance Loss")) named_warnings++;
 }
 
-static void serialized_wgmma_is_a_warning(void **state) {
-  (void)state;
-  const hm_kernel_source src = {
-      .name = "hm_serialized", .source = serialized_source, .arch = 90, .arch_specific = true};
+static const hm_kernel_source serialized = {
+    .name = "hm_serialized", .source = serialized_source, .arch = 90, .arch_specific = true};
+
+/* Counts the slow-compile warnings logged from now on, from zero. */
+static void listen_for_slow_warnings(void) {
   slow_warnings = named_warnings = 0;
   hm_log_set(count_slow_warnings, NULL);
+}
+
+static void serialized_wgmma_is_a_warning(void **state) {
+  (void)state;
+  listen_for_slow_warnings();
   hm_cubin c;
-  const hm_status st = hm_jit_compile_uncached(&src, &c);
+  const hm_status st = hm_jit_compile_uncached(&serialized, &c);
   hm_log_set(NULL, NULL);
   HM_ASSERT_OK(st);
   assert_int_equal(slow_warnings, 1);
@@ -112,18 +118,15 @@ static void serialized_wgmma_is_a_warning(void **state) {
 /* A process that loads the kernel from the cache says so too, from the entry's log. */
 static void serialized_wgmma_from_the_cache_is_a_warning(void **state) {
   (void)state;
-  const hm_kernel_source src = {
-      .name = "hm_serialized", .source = serialized_source, .arch = 90, .arch_specific = true};
-  slow_warnings = named_warnings = 0;
-  hm_log_set(count_slow_warnings, NULL);
+  listen_for_slow_warnings();
   const hm_cubin *c = NULL;
-  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c));
+  HM_ASSERT_OK(hm_jit_get_cubin(&serialized, &c));
   assert_false(c->from_cache);
   hm_shutdown(); /* forgets the kernel: the next get reads the cache entry */
   hm_log_set(count_slow_warnings, NULL);
-  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c));
+  HM_ASSERT_OK(hm_jit_get_cubin(&serialized, &c));
   assert_true(c->from_cache);
-  HM_ASSERT_OK(hm_jit_get_cubin(&src, &c)); /* in memory now: said once a process */
+  HM_ASSERT_OK(hm_jit_get_cubin(&serialized, &c)); /* in memory now: said once a process */
   hm_log_set(NULL, NULL);
   assert_int_equal(named_warnings, 2);
 }

@@ -225,9 +225,10 @@ static hm_status compile_to(const hm_jit_config *cfg, const hm_kernel_source *sr
   return HM_OK;
 }
 
-/* True on a verified hit (out filled); *broken says an entry was there but bad. */
-static bool try_load(const hm_jit_config *cfg, const struct request *r, hm_cubin *out, bool *broken,
-                     char *why, size_t why_len) {
+/* True on a verified hit (out filled, the entry's performance note said); *broken says an
+ * entry was there but bad. */
+static bool try_load(const hm_jit_config *cfg, const struct request *r, const char *kernel, hm_cubin *out,
+                     bool *broken, char *why, size_t why_len) {
   hm_cache_lookup result = HM_CACHE_MISS;
   void *data = NULL;
   size_t size = 0;
@@ -238,6 +239,7 @@ static bool try_load(const hm_jit_config *cfg, const struct request *r, hm_cubin
   if (result != HM_CACHE_HIT) return false;
   *out = (hm_cubin){.data = data, .size = size, .from_cache = true};
   memcpy(out->key, r->key, sizeof(out->key));
+  warn_cached_performance_loss(r, kernel);
   return true;
 }
 
@@ -246,10 +248,9 @@ static hm_status resolve_cached(const hm_jit_config *cfg, const hm_kernel_source
   char why[512];
   bool broken = false;
   double start = hm_jit_now_s();
-  if (try_load(cfg, r, out, &broken, why, sizeof(why))) {
+  if (try_load(cfg, r, src->name, out, &broken, why, sizeof(why))) {
     out->seconds = hm_jit_now_s() - start;
     outcome->from_disk = true;
-    warn_cached_performance_loss(r, src->name);
     return HM_OK;
   }
   if (cfg->cache_mode == HM_CACHE_READ_ONLY) return compile_to(cfg, src, r, false, out, outcome);
@@ -262,10 +263,9 @@ static hm_status resolve_cached(const hm_jit_config *cfg, const hm_kernel_source
   /* Whoever held the lock may have just written the entry: look again under it. */
   start = hm_jit_now_s();
   hm_status ret = HM_OK;
-  if (try_load(cfg, r, out, &broken, why, sizeof(why))) {
+  if (try_load(cfg, r, src->name, out, &broken, why, sizeof(why))) {
     out->seconds = hm_jit_now_s() - start;
     outcome->from_disk = true;
-    warn_cached_performance_loss(r, src->name);
   } else {
     if (broken) HM_WARN(CACHE, "cache entry %s is broken (%s); recompiling %s", r->entry_dir, why, src->name);
     outcome->broken = broken;

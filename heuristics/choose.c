@@ -140,8 +140,7 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
  * tokens, not measured).
  */
 static bool unit_per_sm_decode(const hm_gemm_config *table, const hm_device_profile *p, hm_gemm_tuning *out) {
-  hm_gemm_tuning unit_tile = {8, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
-  unit_tile.bm = table->tuning.bm;
+  const hm_gemm_tuning unit_tile = {table->tuning.bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
   const int64_t units = (table->layer.n + 63) / 64;
   const bool w4a16 = hm_gemm_weight_bits(table->layer.weight) == 4 &&
                      (table->layer.act == HM_F16 || table->layer.act == HM_BF16);

@@ -10,6 +10,7 @@
  * two-warpgroup tiles. Skips without an sm_90 device.
  */
 #include "gemm_moe_util.h"
+#include "hm_few_copy_tunings.h"
 #include "kernels/gemm_gen.h"
 #include "layer_internal.h"
 
@@ -72,16 +73,9 @@ typedef struct shape_set {
   int count;
 } shape_set;
 
-/* bn64 bk64 on two warpgroups: with 4-bit codes a stage's units take fewer 16-byte copies
- * than there are threads, and are copied before the k16 steps rather than between them. */
-static const hm_gemm_tuning few_copy_shapes[] = {
-    {128, 64, 64, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},
-    {64, 64, 64, 2, 4, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},
-};
-
 static const shape_set plain = {shapes, (int)HM_ARRAY_SIZE(shapes)};
 static const shape_set specialized = {ws_shapes, (int)HM_ARRAY_SIZE(ws_shapes)};
-static const shape_set few_copies = {few_copy_shapes, (int)HM_ARRAY_SIZE(few_copy_shapes)};
+static const shape_set few_copies = {hm_few_copy_tunings, (int)HM_ARRAY_SIZE(hm_few_copy_tunings)};
 
 static const int64_t m_list[] = {64, 333, 4096};
 

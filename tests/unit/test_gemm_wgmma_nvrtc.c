@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "hm_few_copy_tunings.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
 #include "kernels/gemm_gen.h"
@@ -175,16 +176,11 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     const hm_gemm_config c = config_of(&formats[0], (hm_gemm_type)t, &shapes[t]);
     add(&b, &c);
   }
-  /* bn64 bk64 of 4-bit codes on two warpgroups: a stage's units take fewer copies than
-   * there are threads (ptxas serialized these while the copies sat between the k16 steps). */
-  static const hm_gemm_tuning few_unit_copies[] = {
-      {128, 64, 64, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, false},
-      {64, 64, 64, 2, 4, 1, 6, true, 4, 1, HM_MMA_WGMMA, false},
-  };
-  for (size_t i = 0; i < HM_ARRAY_SIZE(few_unit_copies); i++)
+  /* bn64 bk64 of 4-bit codes on two warpgroups (hm_few_copy_tunings.h). */
+  for (size_t i = 0; i < HM_ARRAY_SIZE(hm_few_copy_tunings); i++)
     for (int t = 0; t < 2; t++) {
       const hm_gemm_config c =
-          config_of(&formats[0], t == 0 ? HM_GEMM_DENSE : HM_GEMM_INDEXED, &few_unit_copies[i]);
+          config_of(&formats[0], t == 0 ? HM_GEMM_DENSE : HM_GEMM_INDEXED, &hm_few_copy_tunings[i]);
       add(&b, &c);
     }
   /* Warp-specialized weight-only: every format, GEMM types and shapes rotate; the first

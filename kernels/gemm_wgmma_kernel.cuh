@@ -96,13 +96,16 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_wg_maps_at(unsigned char *base, 
   return maps;
 }
 
-// This thread's warpgroup, warp and fragment source among the computing threads.
+// This thread's warpgroup, warp and fragment source among the computing threads. The warp
+// comes through a shuffle from lane 0, which the compiler knows to be the same in every
+// lane: the shared-memory descriptors built from it then stay in uniform registers instead
+// of being moved there (R2UR) before every wgmma.
 template <class C>
 __device__ __forceinline__ hm_wg_place hm_wg_place_of(int thread) {
   using T = hm_wg_traits<C>;
   hm_wg_place at;
   at.lane = thread & 31;
-  const int warp = thread >> 5, wg = warp >> 2;
+  const int warp = __shfl_sync(0xffffffffu, thread >> 5, 0), wg = warp >> 2;
   at.wq = warp & 3;
   at.wm = wg / T::wg_n;
   at.wn = wg % T::wg_n;

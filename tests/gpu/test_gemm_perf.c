@@ -122,6 +122,46 @@ static void w4a16_timing_table(void **state) {
   gt_layer_data_free(&db);
 }
 
+#define BENCH_N 8192
+#define BENCH_K 8192
+
+/* Dense W4A16 g128 at N = K = 8192 for the tuning sweeps: COPIES layers of the same
+ * weights, activations for max_m rows, and the reference of the first check_m of them. */
+typedef struct dense_bench {
+  gt_case q;
+  gt_layer_data d;
+  hm_layer *l[COPIES];
+  void *a_host, *a, *c, *out, *ref;
+  hm_gemm_args host_args;
+  int64_t check_m;
+} dense_bench;
+
+static void dense_bench_make(dense_bench *b, const char *test, int64_t max_m, int64_t check_m) {
+  const int64_t n = BENCH_N, k = BENCH_K;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed(test));
+  b->q = (gt_case){"w4a16", gt_format(HM_U4, 128, true, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
+  gt_layer_data_make(&rng, &b->q, &b->d);
+  for (int i = 0; i < COPIES; i++) b->l[i] = gt_layer_make(engine, &b->q, &b->d);
+  b->a_host = gt_random(&rng, HM_BF16, max_m * k, 1.0f);
+  b->a = gt_upload(engine, b->a_host, (size_t)(max_m * k) * 2);
+  b->c = NULL;
+  HM_ASSERT_OK(hm_mem_alloc(engine, (size_t)(max_m * n) * 2, &b->c));
+  b->out = gt_alloc((size_t)(check_m * n) * 2);
+  b->ref = gt_alloc((size_t)(check_m * n) * 2);
+  b->check_m = check_m;
+  b->host_args = (hm_gemm_args){.type = HM_GEMM_DENSE, .m = check_m, .a = b->a_host};
+  gt_reference(&b->q, &b->d, &b->host_args, check_m, b->ref);
+}
+
+static void dense_bench_free(dense_bench *b) {
+  free(b->out), free(b->ref), free(b->a_host);
+  hm_mem_free(engine, b->a);
+  hm_mem_free(engine, b->c);
+  for (int i = 0; i < COPIES; i++) hm_layer_destroy(b->l[i]);
+  gt_layer_data_free(&b->d);
+}
+
 /* One tuning of the dense kernel, forced, over the weights of the COPIES layers. */
 typedef struct forced_kernel {
   hm_gemm_config cfg;
@@ -140,6 +180,93 @@ static void timed_launch(void *ctx, int call) {
 static void checked_launch(void *ctx, const hm_gemm_args *device_args) {
   const forced_kernel *f = ctx;
   HM_ASSERT_OK(hm_gemm_launch(f->kernel, &f->cfg, engine->sm_count, &f->ops[0], device_args, f->workspace, NULL));
+}
+
+#define MAX_TUNINGS 16
+
+/* The tunings of a sweep that this device runs (wgmma only on sm_90), compiled in one
+ * batch and bound to the bench's layers, with one workspace that fits each. */
+typedef struct forced_set {
+  forced_kernel f[MAX_TUNINGS];
+  hm_gemm_source src[MAX_TUNINGS];
+  int count;
+  void *ws;
+} forced_set;
+
+static void forced_set_make(forced_set *s, const dense_bench *b, const hm_gemm_tuning *tunings, int n) {
+  assert_true(n <= MAX_TUNINGS);
+  hm_kernel_source ks[MAX_TUNINGS];
+  const hm_cubin *cubins[MAX_TUNINGS];
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_layer_gemm_base(b->l[0], HM_GEMM_DENSE, &base));
+  size_t ws_bytes = 0;
+  s->count = 0;
+  for (int i = 0; i < n; i++) {
+    if (tunings[i].mma == HM_MMA_WGMMA && engine->arch != 90) continue;
+    forced_kernel *f = &s->f[s->count];
+    f->cfg = base;
+    f->cfg.tuning = tunings[i];
+    HM_ASSERT_OK(hm_gemm_gen(&f->cfg, &s->src[s->count]));
+    ks[s->count] = s->src[s->count].src;
+    const size_t bytes = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
+    if (bytes > ws_bytes) ws_bytes = bytes;
+    s->count++;
+  }
+  HM_ASSERT_OK(hm_jit_get_cubins(ks, s->count, cubins));
+  s->ws = NULL;
+  HM_ASSERT_OK(hm_mem_alloc(engine, ws_bytes, &s->ws));
+  HM_ASSERT_OK(hm_engine_memset(engine, s->ws, 0, ws_bytes, NULL));
+  for (int i = 0; i < s->count; i++) {
+    forced_kernel *f = &s->f[i];
+    HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f->kernel));
+    for (int j = 0; j < COPIES; j++)
+      f->ops[j] =
+          (hm_gemm_operands){b->l[j]->dev.weight, b->l[j]->dev.scales, b->l[j]->dev.zeros, NULL, NULL};
+    f->workspace = s->ws;
+  }
+}
+
+static void forced_set_free(forced_set *s) {
+  for (int i = 0; i < s->count; i++) hm_gemm_source_free(&s->src[i]);
+  hm_mem_free(engine, s->ws);
+}
+
+#define MAX_SWEEP_M 4
+
+/* What one forced kernel of a sweep measured: its error at the bench's check rows, then its
+ * median time (us) at each M. */
+typedef struct forced_run {
+  double err;
+  bool ok;
+  int regs;
+  float us[MAX_SWEEP_M];
+} forced_run;
+
+static forced_run run_forced(forced_set *s, int i, dense_bench *b, const int64_t *ms, int nms) {
+  forced_kernel *f = &s->f[i];
+  forced_run r = {0};
+  assert_true(nms <= MAX_SWEEP_M);
+  gt_device_run_with(engine, checked_launch, f, &b->host_args, b->check_m, BENCH_K, b->check_m, BENCH_N, 1,
+                     b->out);
+  r.err = gt_compare(b->out, b->ref, b->check_m * BENCH_N, HM_BF16, BENCH_N, s->src[i].name);
+  r.ok = r.err < gt_tolerance(&b->q);
+  int shared = 0, threads = 0;
+  HM_ASSERT_OK(hm_kernel_attributes(f->kernel, &r.regs, &shared, &threads));
+  for (int j = 0; j < nms; j++) {
+    const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = b->a, .c = b->c};
+    f->args = &args;
+    r.us[j] = time_median(timed_launch, f) * 1e3f;
+  }
+  return r;
+}
+
+/* The times of what the layer's plan runs at each M of the sweep, ending the row. */
+static void print_plan_times(dense_bench *b, const int64_t *ms, int nms, const char *fmt) {
+  for (int j = 0; j < nms; j++) {
+    const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = b->a, .c = b->c};
+    printf(fmt, time_forward(b->l, &args) * 1e3f);
+  }
+  printf("\n");
 }
 
 /* bm bn bk warps_m warps_n warps_k stages stream_k min_iters ctas_per_sm mma ws */
@@ -165,86 +292,35 @@ static const hm_gemm_tuning decode_tunings[] = {
  */
 static void swapped_vs_standard_decode(void **state) {
   (void)state;
-  hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("swapped_vs_standard_decode"));
-  const int64_t n = 8192, k = 8192, check_m = 16;
-  const gt_case q = {"w4a16", gt_format(HM_U4, 128, true, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
-  gt_layer_data d;
-  gt_layer_data_make(&rng, &q, &d);
-  hm_layer *l[COPIES];
-  for (int i = 0; i < COPIES; i++) l[i] = gt_layer_make(engine, &q, &d);
-  void *a_host = gt_random(&rng, HM_BF16, check_m * k, 1.0f);
-  void *a = gt_upload(engine, a_host, (size_t)(check_m * k) * 2), *c = NULL;
-  HM_ASSERT_OK(hm_mem_alloc(engine, (size_t)(check_m * n) * 2, &c));
-  void *out = gt_alloc((size_t)(check_m * n) * 2), *ref = gt_alloc((size_t)(check_m * n) * 2);
-  const hm_gemm_args host_args = {.type = HM_GEMM_DENSE, .m = check_m, .a = a_host};
-  gt_reference(&q, &d, &host_args, check_m, ref);
+  dense_bench b;
+  forced_set s;
+  dense_bench_make(&b, "swapped_vs_standard_decode", 16, 16);
+  forced_set_make(&s, &b, decode_tunings, DECODE_TUNINGS);
 
-  forced_kernel f[DECODE_TUNINGS];
-  hm_gemm_source src[DECODE_TUNINGS];
-  hm_kernel_source ks[DECODE_TUNINGS];
-  const hm_cubin *cubins[DECODE_TUNINGS];
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_layer_gemm_base(l[0], HM_GEMM_DENSE, &base));
-  size_t ws_bytes = 0;
-  for (int i = 0; i < DECODE_TUNINGS; i++) {
-    f[i].cfg = base;
-    f[i].cfg.tuning = decode_tunings[i];
-    HM_ASSERT_OK(hm_gemm_gen(&f[i].cfg, &src[i]));
-    ks[i] = src[i].src;
-    const size_t b = hm_gemm_workspace_bytes(&f[i].cfg, engine->sm_count);
-    if (b > ws_bytes) ws_bytes = b;
-  }
-  HM_ASSERT_OK(hm_jit_get_cubins(ks, DECODE_TUNINGS, cubins));
-  void *ws = NULL;
-  HM_ASSERT_OK(hm_mem_alloc(engine, ws_bytes, &ws));
-  HM_ASSERT_OK(hm_engine_memset(engine, ws, 0, ws_bytes, NULL));
-
-  const double bw = copy_bandwidth(), wbytes = w4a16_g128_bytes(n, k);
+  const double bw = copy_bandwidth(), wbytes = w4a16_g128_bytes(BENCH_N, BENCH_K);
   const int64_t ms[] = {1, 4, 8, 16};
   printf("# device: %s; copy bandwidth %.0f GB/s; w4a16 g128 N=K=8192, %.1f MB\n", hm_engine_device_name(engine), bw,
          wbytes / 1e6);
   printf("# %-44s %8s %8s %8s %8s %8s %8s %5s %9s\n", "kernel (tuning)", "M=1_us", "M=4_us", "M=8_us", "M=16_us",
          "%bw_M=1", "%bw_M=8", "regs", "rel_err");
   int failed = 0;
-  for (int i = 0; i < DECODE_TUNINGS; i++) {
-    HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f[i].kernel));
-    for (int j = 0; j < COPIES; j++)
-      f[i].ops[j] = (hm_gemm_operands){l[j]->dev.weight, l[j]->dev.scales, l[j]->dev.zeros, NULL, NULL};
-    f[i].workspace = ws;
-    gt_device_run_with(engine, checked_launch, &f[i], &host_args, check_m, k, check_m, n, 1, out);
-    const double err = gt_compare(out, ref, check_m * n, HM_BF16, n, src[i].name);
-    int regs = 0, shared = 0, threads = 0;
-    HM_ASSERT_OK(hm_kernel_attributes(f[i].kernel, &regs, &shared, &threads));
-    float us[HM_ARRAY_SIZE(ms)];
-    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
-      const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
-      f[i].args = &args;
-      us[j] = time_median(timed_launch, &f[i]) * 1e3f;
-    }
-    const hm_gemm_tuning *t = &decode_tunings[i];
+  for (int i = 0; i < s.count; i++) {
+    const forced_run r = run_forced(&s, i, &b, ms, (int)HM_ARRAY_SIZE(ms));
+    const hm_gemm_tuning *t = &s.f[i].cfg.tuning;
     char name[64];
     snprintf(name, sizeof(name), "%s bm%d bn%d bk%d w%dx%dx%d s%d c%d", t->bm == 8 ? "swapped " : "standard",
              t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages, t->ctas_per_sm);
-    const double bytes1 = wbytes + (double)(k + n) * 2, bytes8 = wbytes + 8.0 * (k + n) * 2;
-    printf("# %-44s %8.2f %8.2f %8.2f %8.2f %8.1f %8.1f %5d %9.2e%s\n", name, us[0], us[1], us[2], us[3],
-           100.0 * bytes1 / (us[0] * 1e-6) / 1e9 / bw, 100.0 * bytes8 / (us[2] * 1e-6) / 1e9 / bw, regs, err,
-           err < gt_tolerance(&q) ? "" : "  WRONG");
-    failed += !(err < gt_tolerance(&q));
+    const double bytes1 = wbytes + (double)(BENCH_K + BENCH_N) * 2,
+                 bytes8 = wbytes + 8.0 * (BENCH_K + BENCH_N) * 2;
+    printf("# %-44s %8.2f %8.2f %8.2f %8.2f %8.1f %8.1f %5d %9.2e%s\n", name, r.us[0], r.us[1], r.us[2],
+           r.us[3], 100.0 * bytes1 / (r.us[0] * 1e-6) / 1e9 / bw,
+           100.0 * bytes8 / (r.us[2] * 1e-6) / 1e9 / bw, r.regs, r.err, r.ok ? "" : "  WRONG");
+    failed += !r.ok;
   }
   printf("# %-44s", "the layer's plan");
-  for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
-    const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
-    printf(" %8.2f", time_forward(l, &args) * 1e3f);
-  }
-  printf("\n");
-  for (int i = 0; i < DECODE_TUNINGS; i++) hm_gemm_source_free(&src[i]);
-  free(out), free(ref), free(a_host);
-  hm_mem_free(engine, a);
-  hm_mem_free(engine, c);
-  hm_mem_free(engine, ws);
-  for (int i = 0; i < COPIES; i++) hm_layer_destroy(l[i]);
-  gt_layer_data_free(&d);
+  print_plan_times(&b, ms, (int)HM_ARRAY_SIZE(ms), " %8.2f");
+  forced_set_free(&s);
+  dense_bench_free(&b);
   if (failed) fail_msg("%d decode kernels wrong", failed);
 }
 
@@ -274,43 +350,10 @@ static const hm_gemm_tuning large_tunings[] = {
  */
 static void wgmma_vs_mma_sync_large_m(void **state) {
   (void)state;
-  hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("wgmma_vs_mma_sync_large_m"));
-  const int64_t n = 8192, k = 8192, max_m = 16384, check_m = 160;
-  const gt_case q = {"w4a16", gt_format(HM_U4, 128, true, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
-  gt_layer_data d;
-  gt_layer_data_make(&rng, &q, &d);
-  hm_layer *l[COPIES];
-  for (int i = 0; i < COPIES; i++) l[i] = gt_layer_make(engine, &q, &d);
-  void *a_host = gt_random(&rng, HM_BF16, max_m * k, 1.0f);
-  void *a = gt_upload(engine, a_host, (size_t)(max_m * k) * 2), *c = NULL;
-  HM_ASSERT_OK(hm_mem_alloc(engine, (size_t)(max_m * n) * 2, &c));
-  void *out = gt_alloc((size_t)(check_m * n) * 2), *ref = gt_alloc((size_t)(check_m * n) * 2);
-  const hm_gemm_args host_args = {.type = HM_GEMM_DENSE, .m = check_m, .a = a_host};
-  gt_reference(&q, &d, &host_args, check_m, ref);
-
-  forced_kernel f[LARGE_TUNINGS];
-  hm_gemm_source src[LARGE_TUNINGS];
-  hm_kernel_source ks[LARGE_TUNINGS];
-  const hm_cubin *cubins[LARGE_TUNINGS];
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_layer_gemm_base(l[0], HM_GEMM_DENSE, &base));
-  int count = 0;
-  size_t ws_bytes = 0;
-  for (int i = 0; i < LARGE_TUNINGS; i++) {
-    if (large_tunings[i].mma == HM_MMA_WGMMA && engine->arch != 90) continue;
-    f[count].cfg = base;
-    f[count].cfg.tuning = large_tunings[i];
-    HM_ASSERT_OK(hm_gemm_gen(&f[count].cfg, &src[count]));
-    ks[count] = src[count].src;
-    const size_t b = hm_gemm_workspace_bytes(&f[count].cfg, engine->sm_count);
-    if (b > ws_bytes) ws_bytes = b;
-    count++;
-  }
-  HM_ASSERT_OK(hm_jit_get_cubins(ks, count, cubins));
-  void *ws = NULL;
-  HM_ASSERT_OK(hm_mem_alloc(engine, ws_bytes, &ws));
-  HM_ASSERT_OK(hm_engine_memset(engine, ws, 0, ws_bytes, NULL));
+  dense_bench b;
+  forced_set s;
+  dense_bench_make(&b, "wgmma_vs_mma_sync_large_m", 16384, 160);
+  forced_set_make(&s, &b, large_tunings, LARGE_TUNINGS);
 
   const int64_t ms[] = {256, 1024, 4096, 16384};
   printf("# device: %s (sm_%d); w4a16 u4z g128 N=K=8192; wgmma only on sm_90\n", hm_engine_device_name(engine),
@@ -318,45 +361,23 @@ static void wgmma_vs_mma_sync_large_m(void **state) {
   printf("# %-46s %9s %9s %9s %9s %9s %9s %5s %9s\n", "kernel (tuning)", "M=256_us", "M=1024_us", "M=4096_us",
          "M=16384_us", "TF/s_4096", "TF/s_16K", "regs", "rel_err");
   int failed = 0;
-  for (int i = 0; i < count; i++) {
-    HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f[i].kernel));
-    for (int j = 0; j < COPIES; j++)
-      f[i].ops[j] = (hm_gemm_operands){l[j]->dev.weight, l[j]->dev.scales, l[j]->dev.zeros, NULL, NULL};
-    f[i].workspace = ws;
-    gt_device_run_with(engine, checked_launch, &f[i], &host_args, check_m, k, check_m, n, 1, out);
-    const double err = gt_compare(out, ref, check_m * n, HM_BF16, n, src[i].name);
-    int regs = 0, shared = 0, threads = 0;
-    HM_ASSERT_OK(hm_kernel_attributes(f[i].kernel, &regs, &shared, &threads));
-    float us[HM_ARRAY_SIZE(ms)];
-    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
-      const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
-      f[i].args = &args;
-      us[j] = time_median(timed_launch, &f[i]) * 1e3f;
-    }
-    const hm_gemm_tuning *t = &f[i].cfg.tuning;
+  for (int i = 0; i < s.count; i++) {
+    const forced_run r = run_forced(&s, i, &b, ms, (int)HM_ARRAY_SIZE(ms));
+    const hm_gemm_tuning *t = &s.f[i].cfg.tuning;
     char name[64];
     snprintf(name, sizeof(name), "%s bm%d bn%d bk%d w%dx%dx%d s%d %s",
              t->mma == HM_MMA_WGMMA ? (t->ws ? "wgmma-ws" : "wgmma") : "mma.sync", t->bm, t->bn, t->bk,
              t->warps_m, t->warps_n, t->warps_k, t->stages, t->stream_k ? "sk" : "dp");
-    const double flops4k = 2.0 * 4096 * n * k, flops16k = 2.0 * 16384 * n * k;
-    printf("  %-46s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %5d %9.2e%s\n", name, us[0], us[1], us[2], us[3],
-           flops4k / (us[2] * 1e-6) / 1e12, flops16k / (us[3] * 1e-6) / 1e12, regs, err,
-           err < gt_tolerance(&q) ? "" : "  WRONG");
-    failed += !(err < gt_tolerance(&q));
+    const double flops4k = 2.0 * 4096 * BENCH_N * BENCH_K, flops16k = 2.0 * 16384 * BENCH_N * BENCH_K;
+    printf("  %-46s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %5d %9.2e%s\n", name, r.us[0], r.us[1], r.us[2],
+           r.us[3], flops4k / (r.us[2] * 1e-6) / 1e12, flops16k / (r.us[3] * 1e-6) / 1e12, r.regs, r.err,
+           r.ok ? "" : "  WRONG");
+    failed += !r.ok;
   }
   printf("  %-46s", "the layer's plan");
-  for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
-    const hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[j], .a = a, .c = c};
-    printf(" %9.1f", time_forward(l, &args) * 1e3f);
-  }
-  printf("\n");
-  for (int i = 0; i < count; i++) hm_gemm_source_free(&src[i]);
-  free(out), free(ref), free(a_host);
-  hm_mem_free(engine, a);
-  hm_mem_free(engine, c);
-  hm_mem_free(engine, ws);
-  for (int i = 0; i < COPIES; i++) hm_layer_destroy(l[i]);
-  gt_layer_data_free(&d);
+  print_plan_times(&b, ms, (int)HM_ARRAY_SIZE(ms), " %9.1f");
+  forced_set_free(&s);
+  dense_bench_free(&b);
   if (failed) fail_msg("%d large-M kernels wrong", failed);
 }
 

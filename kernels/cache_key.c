@@ -56,7 +56,6 @@ hm_status hm_cache_key(const hm_cache_key_input *in, char key[HM_SHA256_HEX]) {
   ok = ok && update_string(ctx, "arch", in->arch);
   ok = ok && update_string(ctx, "name", in->name);
   ok = ok && update_string(ctx, "source", in->source);
-  if (in->yield_ffma) ok = ok && update_string(ctx, "sass", "yield-ffma");
   for (int i = 0; ok && in->headers && i < in->headers->count; i++) {
     ok = update_string(ctx, "header", in->headers->names[i]);
     ok = ok && update_field(ctx, "contents", in->headers->contents[i], in->headers->sizes[i]);

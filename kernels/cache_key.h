@@ -26,7 +26,6 @@ typedef struct hm_cache_key_input {
   const char *name;
   const char *source;
   const hm_header_set *headers; /* names and contents, in include order */
-  bool yield_ffma;              /* the cubin's FFMA runs hinted after the compile (jit_sass.h) */
 } hm_cache_key_input;
 
 hm_status hm_cache_key(const hm_cache_key_input *in, char key[HM_SHA256_HEX]);

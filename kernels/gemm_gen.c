@@ -122,8 +122,6 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   out->src.arch = cfg->arch;
   out->src.arch_specific = wgmma; /* wgmma exists on sm_90a only, not in sm_90 */
   out->src.options = NULL;
-  /* The fp8 folds' FFMAs give the scheduler up to the other warpgroup's wgmmas (jit_sass.c). */
-  out->src.yield_ffma = w8a8 && wgmma && cfg->arch == 90;
   return HM_OK;
 }
 

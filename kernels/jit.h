@@ -27,7 +27,6 @@ typedef struct hm_kernel_source {
   const char *options;             /* extra options, space separated, or NULL; hashed as text */
   const hm_kernel_header *headers; /* extra headers, or NULL; hashed into the key like the rest */
   int header_count;
-  bool yield_ffma; /* sm_90 only: long FFMA runs let warps switch (hm_sass_yield_ffma); in the key */
 } hm_kernel_source;
 
 /* A compiled kernel image (cubin bytes) and where it came from. */

@@ -2,34 +2,59 @@
 /*
  * Reading constants out of a cubin on the host. A cubin is an ELF64 image whose
  * symbol table places each initialized __constant__/__device__ variable in a section
- * at an offset; every offset and size is checked against the image before use
- * (jit_elf.h).
+ * at an offset; every offset and size is checked against the image before use.
  */
+#include <elf.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "kernels/jit.h"
-#include "kernels/jit_elf.h"
+
+#ifndef EM_CUDA
+#define EM_CUDA 190
+#endif
 
 enum lookup { LOOKUP_BAD_IMAGE = -1, LOOKUP_MISSING = 0, LOOKUP_FOUND = 1 };
+
+static bool in_image(size_t image, uint64_t offset, uint64_t len) {
+  return offset <= image && len <= image - offset;
+}
+
+/* Structures are copied out, never cast in place: a corrupt image may misalign them. */
+static bool section(const unsigned char *img, size_t size, const Elf64_Ehdr *eh, unsigned index,
+                    Elf64_Shdr *out) {
+  if (index >= eh->e_shnum) return false;
+  uint64_t at = eh->e_shoff + (uint64_t)index * sizeof(Elf64_Shdr);
+  if (!in_image(size, at, sizeof(Elf64_Shdr))) return false;
+  memcpy(out, img + at, sizeof(*out));
+  return true;
+}
+
+static bool read_header(const unsigned char *img, size_t size, Elf64_Ehdr *eh) {
+  if (size < sizeof(Elf64_Ehdr) || memcmp(img, ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64)
+    return false;
+  memcpy(eh, img, sizeof(*eh));
+  return eh->e_machine == EM_CUDA && eh->e_shentsize == sizeof(Elf64_Shdr) &&
+         in_image(size, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr));
+}
 
 /* Copies the symbol's bytes (zeros for a NOBITS section) into buf. */
 static enum lookup copy_symbol(const unsigned char *img, size_t size, const Elf64_Ehdr *eh,
                                const Elf64_Sym *sym, void *buf, size_t len, size_t *sym_size) {
   Elf64_Shdr home_copy;
   const Elf64_Shdr *home = &home_copy;
-  if (!hm_elf_section(img, size, eh, sym->st_shndx, &home_copy) || sym->st_value < home->sh_addr)
+  if (!section(img, size, eh, sym->st_shndx, &home_copy) || sym->st_value < home->sh_addr)
     return LOOKUP_BAD_IMAGE;
   uint64_t offset_in_section = sym->st_value - home->sh_addr;
-  if (!hm_elf_in_image(home->sh_size, offset_in_section, sym->st_size)) return LOOKUP_BAD_IMAGE;
+  if (!in_image(home->sh_size, offset_in_section, sym->st_size)) return LOOKUP_BAD_IMAGE;
   *sym_size = sym->st_size;
   if (len > sym->st_size) return LOOKUP_FOUND;
   if (home->sh_type == SHT_NOBITS) {
     memset(buf, 0, len);
     return LOOKUP_FOUND;
   }
-  if (!hm_elf_in_image(size, home->sh_offset + offset_in_section, len)) return LOOKUP_BAD_IMAGE;
+  if (!in_image(size, home->sh_offset + offset_in_section, len)) return LOOKUP_BAD_IMAGE;
   memcpy(buf, img + home->sh_offset + offset_in_section, len);
   return LOOKUP_FOUND;
 }
@@ -40,11 +65,11 @@ static enum lookup lookup_symbol(const unsigned char *img, size_t size, const El
   size_t name_len = strlen(name);
   for (unsigned s = 0; s < eh->e_shnum; s++) {
     Elf64_Shdr symtab, strtab;
-    if (!hm_elf_section(img, size, eh, s, &symtab)) return LOOKUP_BAD_IMAGE;
+    if (!section(img, size, eh, s, &symtab)) return LOOKUP_BAD_IMAGE;
     if (symtab.sh_type != SHT_SYMTAB) continue;
-    if (!hm_elf_section(img, size, eh, symtab.sh_link, &strtab) ||
-        !hm_elf_in_image(size, symtab.sh_offset, symtab.sh_size) ||
-        !hm_elf_in_image(size, strtab.sh_offset, strtab.sh_size))
+    if (!section(img, size, eh, symtab.sh_link, &strtab) ||
+        !in_image(size, symtab.sh_offset, symtab.sh_size) ||
+        !in_image(size, strtab.sh_offset, strtab.sh_size))
       return LOOKUP_BAD_IMAGE;
     const char *names = (const char *)(img + strtab.sh_offset);
     for (uint64_t i = 0; i < symtab.sh_size / sizeof(Elf64_Sym); i++) {
@@ -62,7 +87,7 @@ static enum lookup lookup_symbol(const unsigned char *img, size_t size, const El
 static enum lookup find_symbol(const unsigned char *img, size_t size, const char *name, void *buf, size_t len,
                                size_t *sym_size) {
   Elf64_Ehdr eh;
-  if (img == NULL || !hm_elf_read_header(img, size, &eh)) return LOOKUP_BAD_IMAGE;
+  if (img == NULL || !read_header(img, size, &eh)) return LOOKUP_BAD_IMAGE;
   Elf64_Sym sym;
   uint64_t index;
   enum lookup r = lookup_symbol(img, size, &eh, name, STT_OBJECT, &sym, &index);
@@ -118,15 +143,14 @@ enum { EIFMT_SVAL = 4, EIATTR_FRAME_SIZE = 0x11, EIATTR_REGCOUNT = 0x2f };
 static bool section_named(const unsigned char *img, size_t size, const Elf64_Ehdr *eh, const char *name,
                           Elf64_Shdr *out) {
   Elf64_Shdr names;
-  if (!hm_elf_section(img, size, eh, eh->e_shstrndx, &names) ||
-      !hm_elf_in_image(size, names.sh_offset, names.sh_size))
+  if (!section(img, size, eh, eh->e_shstrndx, &names) || !in_image(size, names.sh_offset, names.sh_size))
     return false;
   size_t len = strlen(name);
   for (unsigned s = 0; s < eh->e_shnum; s++) {
-    if (!hm_elf_section(img, size, eh, s, out)) return false;
+    if (!section(img, size, eh, s, out)) return false;
     if ((uint64_t)out->sh_name + len + 1 <= names.sh_size &&
         memcmp(img + names.sh_offset + out->sh_name, name, len + 1) == 0)
-      return hm_elf_in_image(size, out->sh_offset, out->sh_size);
+      return in_image(size, out->sh_offset, out->sh_size);
   }
   return false;
 }
@@ -167,7 +191,7 @@ hm_status hm_cubin_kernel_resources(const hm_cubin *cubin, const char *name, hm_
   Elf64_Shdr info;
   uint64_t index = 0;
   bool found_regs = false;
-  const enum lookup r = img == NULL || !hm_elf_read_header(img, cubin->size, &eh)
+  const enum lookup r = img == NULL || !read_header(img, cubin->size, &eh)
                             ? LOOKUP_BAD_IMAGE
                             : lookup_symbol(img, cubin->size, &eh, name, STT_FUNC, &sym, &index);
   if (r == LOOKUP_BAD_IMAGE) HM_FAIL(HM_CORRUPT, "cubin %.16s is not a valid CUDA ELF image", cubin->key);

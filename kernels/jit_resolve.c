@@ -15,7 +15,6 @@
 #include "kernels/cache_key.h"
 #include "kernels/jit_compiler.h"
 #include "kernels/jit_internal.h"
-#include "kernels/jit_sass.h"
 #include "log.h"
 
 #define HM_MAX_OPTIONS 64
@@ -48,9 +47,6 @@ hm_status hm_jit_check_source(const hm_kernel_source *src) {
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel %s: arch %d is not one of sm_75..sm_121", src->name, src->arch);
   if (src->arch_specific && src->arch < 90)
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel %s: sm_%da does not exist (arch-specific targets start at sm_90a)",
-            src->name, src->arch);
-  if (src->yield_ffma && src->arch != 90)
-    HM_FAIL(HM_INVALID_ARGUMENT, "kernel %s: FFMA hints are written for sm_90 code only, not sm_%d",
             src->name, src->arch);
   if (src->header_count < 0 || (src->header_count > 0 && src->headers == NULL))
     HM_FAIL(HM_INVALID_ARGUMENT, "kernel %s: header_count %d without headers", src->name, src->header_count);
@@ -127,7 +123,7 @@ static hm_status request_build(const hm_jit_config *cfg, const hm_kernel_source 
   HM_CHECK_GOTO(build_headers(src, r), fail);
   hm_cache_key_input in = {cfg->library_id, cfg->compiler_id, (const char *const *)r->options,
                            r->option_count, r->arch,          src->name,
-                           src->source,     &r->headers,      src->yield_ffma};
+                           src->source,     &r->headers};
   HM_CHECK_GOTO(hm_cache_key(&in, r->key), fail);
   if (cfg->cache_mode != HM_CACHE_OFF)
     HM_CHECK_GOTO(hm_cache_entry_dir(cfg->cache_root, r->key, r->entry_dir, sizeof(r->entry_dir)), fail);
@@ -214,15 +210,6 @@ static hm_status compile_to(const hm_jit_config *cfg, const hm_kernel_source *sr
   }
   outcome->compiled = true;
   warn_performance_loss(co.log, src->name, r->arch);
-  if (src->yield_ffma) {
-    int hinted = 0;
-    hm_status st = hm_sass_yield_ffma(co.cubin, co.cubin_size, &hinted);
-    if (st != HM_OK) {
-      hm_compile_output_free(&co);
-      return st;
-    }
-    HM_INFO(JIT, "kernel %s: %d FFMAs of its folds let warps switch", src->name, hinted);
-  }
   HM_INFO(JIT, "compiled %s for %s in %.3f s (%.3f s CPU, %zu bytes, key %.16s)", src->name, r->arch,
           co.seconds, co.cpu_seconds, co.cubin_size, r->key);
   if (store) {

@@ -22,6 +22,7 @@
 #include "kernels/gemm_launch.h"
 #include "kernels/gemm_select.h"
 #include "test_jit_util.h"
+#include "test_sass_scan.h"
 
 typedef struct format {
   hm_dtype weight;
@@ -215,6 +216,7 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
   for (int i = 0; i < b.count; i++)
     if (outs[i] == NULL) printf("FAILED: %s\n", srcs[i].name);
   if (st != HM_OK) fail_msg("compile failed: %s", hm_last_error());
+  int moved = 0;
   for (int i = 0; i < b.count; i++) {
     Elf64_Ehdr eh;
     memcpy(&eh, outs[i]->data, sizeof(eh));
@@ -225,8 +227,15 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     assert_int_equal(meta.threads, hm_gemm_config_threads(&b.cfg[i]));
     assert_int_equal(meta.shared_bytes, hm_gemm_config_smem_bytes(&b.cfg[i]));
     assert_no_serialization(outs[i], b.src[i].name);
+    const int r2ur = sass_r2ur_in_wgmma_loops(outs[i]->data, outs[i]->size);
+    if (r2ur != 0) printf("R2UR in the mainloop: %s: %d\n", b.src[i].name, r2ur);
+    moved += r2ur;
     hm_gemm_source_free(&b.src[i]);
   }
+  /* The warp index comes through a shuffle (hm_wg_place_of), so that the descriptors stay
+   * uniform: without it, 4 R2UR a k16 step ran in front of the W4A16 HGMMAs (4-7 % of dense
+   * M = 4096, docs/PERF.md twenty-seventh session). */
+  assert_int_equal(moved, 0);
   printf("%d wgmma kernels compiled for sm_90a\n", b.count);
 }
 

@@ -30,6 +30,12 @@ pack() {
   done
 }
 
+kill_tree() { # pid: it and every process under it (a build's cmake and make outlive a killed subshell)
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null
+}
+
 build() { # sha
   rm -rf "/tmp/$1" && mkdir -p "/tmp/$1" && tar -xf ".snap/$1.tar" -C "/tmp/$1" || return 1
   (cd "/tmp/$1" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3="$(command -v python3)" \
@@ -61,7 +67,16 @@ run() {
   # shellcheck disable=SC1091
   source .devdeps/env.sh
   read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"
-  for c in "${commits[@]}"; do build "$c" || { echo "build of $c failed"; exit 1; }; done
+  # The trees build at once, so that a call waits for the slowest build, not for their sum.
+  local pids=() i
+  for c in "${commits[@]}"; do build "$c" & pids+=($!); done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || {
+      echo "build of ${commits[$i]} failed"
+      for c in "${pids[@]}"; do kill_tree "$c"; done
+      exit 1
+    }
+  done
   local last=${commits[${#commits[@]} - 1]}
   if [ -n "${GPU_TESTS:-}" ]; then
     (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" ctest --test-dir build-gpu -L gpu -R "$GPU_TESTS" \

@@ -68,12 +68,12 @@ run() {
   source .devdeps/env.sh
   read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"
   # The trees build at once, so that a call waits for the slowest build, not for their sum.
-  local pids=() i
+  local pids=() i p
   for c in "${commits[@]}"; do build "$c" & pids+=($!); done
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || {
       echo "build of ${commits[$i]} failed"
-      for c in "${pids[@]}"; do kill_tree "$c"; done
+      for p in "${pids[@]}"; do kill_tree "$p"; done
       exit 1
     }
   done

@@ -67,66 +67,12 @@ static double w4a16_g128_bytes(int64_t n, int64_t k) {
   return (double)n * k / 2 + (double)n * (k / 128) * (2 + 0.5);
 }
 
-static void w4a16_timing_table(void **state) {
-  (void)state;
-  hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("w4a16_timing_table"));
-  const int64_t n = 8192, k = 8192, max_m = 4096;
-  const gt_case q = {"w4a16", gt_format(HM_U4, 128, true, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
-  const gt_case b = {"bf16", gt_format(HM_BF16, 0, false, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
-  gt_layer_data dq, db;
-  gt_layer_data_make(&rng, &q, &dq);
-  gt_layer_data_make(&rng, &b, &db);
-  hm_layer *lq[COPIES], *lb[COPIES];
-  for (int i = 0; i < COPIES; i++) {
-    lq[i] = gt_layer_make(engine, &q, &dq);
-    lb[i] = i < 2 ? gt_layer_make(engine, &b, &db) : lb[i - 2]; /* 2 x 134 MB already exceed L2 */
-  }
-  void *a_host = gt_random(&rng, HM_BF16, max_m * k, 1.0f);
-  void *a = gt_upload(engine, a_host, (size_t)(max_m * k) * 2), *c = NULL;
-  HM_ASSERT_OK(hm_mem_alloc(engine, (size_t)(max_m * n) * 2, &c));
-
-  /* Correctness of the timed kernel at M = 16 first. */
-  const int64_t check_m = 16;
-  void *out = gt_alloc((size_t)(check_m * n) * 2), *ref = gt_alloc((size_t)(check_m * n) * 2);
-  hm_gemm_args host_args = {.type = HM_GEMM_DENSE, .m = check_m, .a = a_host};
-  gt_reference(&q, &dq, &host_args, check_m, ref);
-  gt_device_run(engine, lq[0], &host_args, check_m, k, check_m, n, 1, out);
-  const double err = gt_compare(out, ref, check_m * n, HM_BF16, n, "w4a16 8192");
-  printf("# w4a16 N=K=8192 M=16 rel_err %.2e\n", err);
-  assert_true(err < gt_tolerance(&q));
-
-  const double bw = copy_bandwidth();
-  const double wbytes = w4a16_g128_bytes(n, k);
-  printf("# device: %s; measured copy bandwidth %.0f GB/s\n", hm_engine_device_name(engine), bw);
-  printf("# weight+scale+zero bytes %.1f MB (canonical sizes)\n", wbytes / 1e6);
-  printf("#     M   w4a16_us   bf16_us   w4a16_GB/s  %%copy_bw  w4a16_TFLOP/s  bf16_TFLOP/s  speedup\n");
-  const int64_t ms[] = {1, 16, 64, 256, 1024, 4096};
-  for (size_t i = 0; i < HM_ARRAY_SIZE(ms); i++) {
-    hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[i], .a = a, .c = c};
-    const float tq = time_forward(lq, &args), tb = time_forward(lb, &args);
-    const double bytes = wbytes + (double)ms[i] * (k + n) * 2;
-    const double flops = 2.0 * ms[i] * n * k;
-    printf("%7lld %10.2f %9.2f %12.0f %9.1f %14.1f %13.1f %8.2fx\n", (long long)ms[i], tq * 1e3, tb * 1e3,
-           bytes / (tq * 1e-3) / 1e9, 100.0 * bytes / (tq * 1e-3) / 1e9 / bw, flops / (tq * 1e-3) / 1e12,
-           flops / (tb * 1e-3) / 1e12, tb / tq);
-  }
-  free(out), free(ref), free(a_host);
-  hm_mem_free(engine, a);
-  hm_mem_free(engine, c);
-  for (int i = 0; i < COPIES; i++) {
-    hm_layer_destroy(lq[i]);
-    if (i < 2) hm_layer_destroy(lb[i]);
-  }
-  gt_layer_data_free(&dq);
-  gt_layer_data_free(&db);
-}
-
 #define BENCH_N 8192
 #define BENCH_K 8192
 
-/* Dense W4A16 g128 at N = K = 8192 for the tuning sweeps: COPIES layers of the same
- * weights, activations for max_m rows, and the reference of the first check_m of them. */
+/* Dense W4A16 g128 at N = K = 8192 for the timing table and the tuning sweeps: COPIES
+ * layers of the same weights, activations for max_m rows, and the reference of the first
+ * check_m of them. */
 typedef struct dense_bench {
   gt_case q;
   gt_layer_data d;
@@ -160,6 +106,46 @@ static void dense_bench_free(dense_bench *b) {
   hm_mem_free(engine, b->c);
   for (int i = 0; i < COPIES; i++) hm_layer_destroy(b->l[i]);
   gt_layer_data_free(&b->d);
+}
+
+static void w4a16_timing_table(void **state) {
+  (void)state;
+  dense_bench w;
+  dense_bench_make(&w, "w4a16_timing_table", 4096, 16);
+  const int64_t n = BENCH_N, k = BENCH_K;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("w4a16_timing_table_bf16"));
+  const gt_case b = {"bf16", gt_format(HM_BF16, 0, false, HM_BF16), HM_BF16, HM_BF16, false, n, k, 1, false};
+  gt_layer_data db;
+  gt_layer_data_make(&rng, &b, &db);
+  hm_layer *lb[COPIES];
+  for (int i = 0; i < COPIES; i++)
+    lb[i] = i < 2 ? gt_layer_make(engine, &b, &db) : lb[i - 2]; /* 2 x 134 MB already exceed L2 */
+
+  /* Correctness of the timed kernel at M = 16 first. */
+  gt_device_run(engine, w.l[0], &w.host_args, w.check_m, k, w.check_m, n, 1, w.out);
+  const double err = gt_compare(w.out, w.ref, w.check_m * n, HM_BF16, n, "w4a16 8192");
+  printf("# w4a16 N=K=8192 M=16 rel_err %.2e\n", err);
+  assert_true(err < gt_tolerance(&w.q));
+
+  const double bw = copy_bandwidth();
+  const double wbytes = w4a16_g128_bytes(n, k);
+  printf("# device: %s; measured copy bandwidth %.0f GB/s\n", hm_engine_device_name(engine), bw);
+  printf("# weight+scale+zero bytes %.1f MB (canonical sizes)\n", wbytes / 1e6);
+  printf("#     M   w4a16_us   bf16_us   w4a16_GB/s  %%copy_bw  w4a16_TFLOP/s  bf16_TFLOP/s  speedup\n");
+  const int64_t ms[] = {1, 16, 64, 256, 1024, 4096};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(ms); i++) {
+    hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = ms[i], .a = w.a, .c = w.c};
+    const float tq = time_forward(w.l, &args), tb = time_forward(lb, &args);
+    const double bytes = wbytes + (double)ms[i] * (k + n) * 2;
+    const double flops = 2.0 * ms[i] * n * k;
+    printf("%7lld %10.2f %9.2f %12.0f %9.1f %14.1f %13.1f %8.2fx\n", (long long)ms[i], tq * 1e3, tb * 1e3,
+           bytes / (tq * 1e-3) / 1e9, 100.0 * bytes / (tq * 1e-3) / 1e9 / bw, flops / (tq * 1e-3) / 1e12,
+           flops / (tb * 1e-3) / 1e12, tb / tq);
+  }
+  for (int i = 0; i < 2; i++) hm_layer_destroy(lb[i]);
+  gt_layer_data_free(&db);
+  dense_bench_free(&w);
 }
 
 /* One tuning of the dense kernel, forced, over the weights of the COPIES layers. */

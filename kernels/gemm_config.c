@@ -123,7 +123,8 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
     HM_FAIL(HM_UNSUPPORTED, "warp specialization is implemented for the wgmma kernels only");
   if (t->bk != 64 && t->bk != 128 && t->bk != 256) HM_FAIL(HM_INVALID_ARGUMENT, "tile bk=%d must be 64, 128 or 256", t->bk);
   HM_CHECK(t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_check(cfg) : check_warp_grid(cfg));
-  if (t->stages < 2 || t->stages > 8) HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..8", t->stages);
+  if (t->stages < 2 || t->stages > HM_GEMM_MAX_STAGES)
+    HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..%d", t->stages, HM_GEMM_MAX_STAGES);
   if (t->ctas_per_sm < 1 || t->ctas_per_sm > HM_GEMM_MAX_CTAS_PER_SM)
     HM_FAIL(HM_INVALID_ARGUMENT, "ctas_per_sm=%d must be 1..%d", t->ctas_per_sm, HM_GEMM_MAX_CTAS_PER_SM);
   if (t->stream_k && (cfg->compute.batch_invariant || t->sk_min_iters < 1))

@@ -33,6 +33,9 @@ typedef struct hm_gemm_compute_part {
 } hm_gemm_compute_part;
 
 #define HM_GEMM_MAX_CTAS_PER_SM 4
+/* A ring as deep as shared memory allows a one-unit decode tile (12.5 KiB a bk 256 stage):
+ * the bytes a CTA keeps in flight bound what it streams (Little's law). */
+#define HM_GEMM_MAX_STAGES 16
 /* The producer warpgroup a warp-specialized kernel adds to its computing warps. */
 #define HM_GEMM_PRODUCER_THREADS 128
 

@@ -174,7 +174,7 @@ static void illegal_configs_are_refused(void **state) {
   bad.tuning.bk = 96;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   bad = c;
-  bad.tuning.stages = 16;
+  bad.tuning.stages = HM_GEMM_MAX_STAGES + 1;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   bad = c;
   bad.tuning.bm = 256;

@@ -144,6 +144,7 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   p.a_rows_per_token = args->type == HM_GEMM_INDEXED ? args->a_rows_per_token : 1;
   p.block_m = args->type == HM_GEMM_INDEXED ? args->block_m : cfg->tuning.bm;
   p.grid = grid;
+  p.routing_ready = args->type != HM_GEMM_DENSE && args->routing_ready;
   if (hm_gemm_tma_a(cfg)) HM_CHECK(encode_tma_a(cfg, args, &p.tma_a));
   hm_launch_dims dims;
   memset(&dims, 0, sizeof(dims));

@@ -35,6 +35,7 @@ typedef struct hm_gemm_kernel_params {
   int32_t a_rows_per_token;
   int32_t block_m;
   int32_t grid;
+  int32_t routing_ready;
   const float *a_scale;
   CUtensorMap tma_a;
 } hm_gemm_kernel_params;

@@ -13,6 +13,8 @@
 //   shared memory, and waits later, in hm_gemm_begin_segment, so that only the
 //   activations' copies (from L2) stand between the wait and its first MMA;
 // - run several an SM, it only warms L2 with those weights, and waits here.
+// A grouped decode tile does the latter where its launch says the routing was there before
+// it started (p.routing_ready): it reads the routing to find its first tile's expert.
 // A next-grid CTA beside a running one slowed W4A16 M = 16 1.18x when it filled early (the
 // tile's 124 registers and 85 KB let two share an SM; H100, twenty-fourth session). What
 // comes in before the wait stays near the ring's first k-tiles: the whole first segment
@@ -25,16 +27,82 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
+// Routing read before the grid dependency (a launch flagged routing_ready): ld.global.cg,
+// from L2, where the kernel that wrote it flushed it, not from an SM's L1.
+__device__ __forceinline__ int hm_pdl_ld(const int *p) {
+  int v;
+  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// m-tiles of tile (m_tile, n_tile) and their experts, for the prefetch: a grouped launch's
+// m-tiles run expert by expert, ceil(rows / bm) each (hm_count_m_tiles). One warp scans the
+// experts' counts in batches of 32; `want` is the m-tile whose expert is asked for (-1:
+// only the total). Lane-uniform results.
+template <class C>
+__device__ __forceinline__ int hm_pdl_grouped_tiles(const hm_gemm_params &p, int want, int *expert) {
+  const int lane = threadIdx.x & 31;
+  int carry = 0;
+  for (int b = 0; b < (C::experts + 31) / 32; ++b) {
+    const int e = b * 32 + lane;
+    int rows = e < C::experts ? hm_pdl_ld(p.expert_counts + e) : 0;
+    if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
+    rows = rows < 0 ? 0 : rows;
+    int v = (rows + C::bm - 1) / C::bm;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, v, d);
+      if (lane >= d) v += u;
+    }
+    const unsigned past = __ballot_sync(0xffffffffu, want >= 0 && carry + v > want);
+    if (past != 0 && *expert < 0) *expert = b * 32 + __ffs(past) - 1;
+    carry += __shfl_sync(0xffffffffu, v, 31);
+  }
+  return carry;
+}
+
+// The launch's m-tiles, as the kernel counts them after the wait; grouped launches read
+// their routing here, so only one with p.routing_ready gets this far before the wait.
+template <class C>
+__device__ __forceinline__ int hm_pdl_m_tiles(const hm_gemm_params &p) {
+  if constexpr (C::gemm_type == HM_GT_DENSE) {
+    return (int)((p.m + C::bm - 1) / C::bm);
+  } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
+    return (hm_pdl_ld(p.num_padded) + C::bm - 1) / C::bm;
+  } else {
+    int none = -1;
+    return hm_pdl_grouped_tiles<C>(p, -1, &none);
+  }
+}
+
+// The expert of m-tile m_tile, or -1 where it has none (an indexed block of expert -1).
+template <class C>
+__device__ __forceinline__ int hm_pdl_expert(const hm_gemm_params &p, int m_tile) {
+  if constexpr (C::gemm_type == HM_GT_DENSE) {
+    return 0;
+  } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
+    const int e = hm_pdl_ld(p.expert_ids + m_tile * C::bm / p.block_m);
+    return e >= 0 && e < C::experts ? e : -1;
+  } else {
+    int e = -1;
+    hm_pdl_grouped_tiles<C>(p, m_tile, &e);
+    return e;
+  }
+}
+
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
 // first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
-// bulk prefetch per unit column (sm_90). T: the kernel's traits (unit layout (E, N/64,
-// K-steps)).
+// bulk prefetch per unit column (sm_90), issued by the first warp. Decode tiles only: of a
+// dense launch, and of a grouped one whose routing was ready before it started
+// (p.routing_ready): the MoE down GEMM's, a launch after the one that routed. Its first
+// stages then come from L2 after the wait instead of in the burst of every CTA's first
+// DRAM reads. T: the kernel's traits (unit layout (E, N/64, K-steps)).
 template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (C::gemm_type == HM_GT_DENSE && C::bm <= 16) {
-    if (threadIdx.x >= T::bn_units) return;
-    const int tiles = (int)((p.m + C::bm - 1) / C::bm) * T::n_tiles;
+  if constexpr (C::bm <= 16) {
+    if (threadIdx.x >= 32 || (C::gemm_type != HM_GT_DENSE && !p.routing_ready)) return;
+    const int tiles = hm_pdl_m_tiles<C>(p) * T::n_tiles;
     const int dp = hm_sk_dp_tiles(tiles, p.grid, C::stream_k);
     int t = blockIdx.x, kb = 0, count = T::k_iters;
     if (t >= dp) {
@@ -46,11 +114,14 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       kb = it % T::k_iters;
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
-    const int unit = (t % T::n_tiles) * T::bn_units + threadIdx.x;
+    const int e = hm_pdl_expert<C>(p, t / T::n_tiles);
+    const int col = (t % T::n_tiles) * T::bn_units + (int)threadIdx.x;
+    // The last tile's columns past N; k0 < k16 as kb < k_iters.
+    if (e < 0 || (int)threadIdx.x >= T::bn_units || col >= T::n_units) return;
     const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
-    if (unit >= T::n_units) return;  // the last tile's columns past N; k0 < k16 as kb < k_iters
     const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
-    const unsigned char *src = (const unsigned char *)p.b + ((long long)unit * T::k16 + k0) * T::unit_bytes;
+    const long long unit = (long long)e * T::n_units + col;
+    const unsigned char *src = (const unsigned char *)p.b + (unit * T::k16 + k0) * T::unit_bytes;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
   }
 #endif

@@ -194,6 +194,9 @@ static hm_status stage_act(hm_moe_fwd *f) {
 
 static hm_status stage_gemm2(hm_moe_fwd *f) {
   hm_gemm_args g = expert_args(f, f->p->sets - 1);
+  /* The activation kernel before it starts only once gate_up is done, and gate_up waited
+   * for the routing: the routing is there before the activation kernel starts. */
+  g.routing_ready = true;
   g.a = at(f, f->p->h2);
   g.a_scale = at(f, f->p->h2_scale);
   g.c = at(f, f->p->h3);

@@ -141,6 +141,7 @@ static hm_status ffn(grouped_fwd *f) {
                        .out_scale = scaled ? at(f, f->p.h2_scale) : NULL};
   HM_CHECK(hm_moe_act_run(&f->x, &f->l->kernels.act, &a));
   hm_gemm_args down = grouped_gemm(f, a.out, a.out_scale, f->a->y);
+  down.routing_ready = true; /* counted before gate_up, which the activation kernel follows */
   return hm_moe_gemm(&f->x, f->l->down, &down);
 }
 

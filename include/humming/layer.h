@@ -89,6 +89,12 @@ typedef struct hm_gemm_args {
   int top_k;                     /* indexed: slots per token; A row = id / a_rows_per_token */
   int a_rows_per_token;          /* indexed: top_k for gate_up (gather), 1 for down */
   const float *topk_weights;     /* indexed: if set, C row id is scaled by topk_weights[id] */
+  bool routing_ready;            /* grouped: the routing above (and topk_weights) was complete
+                                  * before the kernel just before this launch on the stream
+                                  * started, as for an MoE down GEMM after its gate_up; an
+                                  * sm_90 decode launch then reads it to warm L2 with its first
+                                  * weights while that kernel still drains. Only A and a_scale
+                                  * may be that kernel's output. */
 } hm_gemm_args;
 
 typedef struct hm_layer hm_layer;

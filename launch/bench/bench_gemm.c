@@ -179,6 +179,7 @@ static void fill_args(const hm_bench_gemm_shape *s, const hm_bench_gemm_inputs *
   g->a_scale = run->a_scale;
   g->c = run->c;
   g->m = in->tokens;
+  g->routing_ready = s->down; /* as the MoE layer launches its down GEMM (moe/layer_forward.c) */
   if (s->type == HM_GEMM_INDEXED) {
     g->sorted_ids = d->sorted_ids;
     g->expert_ids = d->expert_ids;

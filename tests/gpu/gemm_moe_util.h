@@ -78,7 +78,8 @@ static inline hm_gemm_args gt_indexed_args(const gt_indexed_meta *x, int64_t m, 
                         .block_m = block_m,
                         .top_k = top_k,
                         .a_rows_per_token = down ? 1 : top_k,
-                        .topk_weights = topk_w};
+                        .topk_weights = topk_w,
+                        .routing_ready = down};
 }
 
 /* Per-expert counts of the slots' ids and segment starts in expert order, each segment
@@ -147,8 +148,12 @@ static inline bool gt_moe_contiguous(const gt_moe_runner *r, hm_rng *rng, const 
   int32_t *off, *cnt;
   const int64_t rows = gt_contiguous_segments(rng, ids, m * GT_TOP_K, c->experts, &off, &cnt);
   void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
-  hm_gemm_args args = {
-      .type = HM_GEMM_GROUPED_CONTIGUOUS, .m = rows, .a = a, .expert_offsets = off, .expert_counts = cnt};
+  hm_gemm_args args = {.type = HM_GEMM_GROUPED_CONTIGUOUS,
+                       .m = rows,
+                       .a = a,
+                       .expert_offsets = off,
+                       .expert_counts = cnt,
+                       .routing_ready = true};
   void *out = gt_alloc((size_t)(rows * c->n) * 2), *ref = gt_alloc((size_t)(rows * c->n) * 2);
   gt_reference(c, d, &args, rows, ref);
   gt_device_run_with(r->engine, r->fn, r->ctx, &args, rows, c->k, rows, c->n, c->experts, out);
@@ -165,7 +170,8 @@ static inline bool gt_moe_masked(const gt_moe_runner *r, hm_rng *rng, const gt_c
   const int64_t max_m = gt_masked_counts(ids, m * GT_TOP_K, c->experts, &cnt);
   const int64_t rows = c->experts * max_m;
   void *a = gt_random(rng, c->act, rows * c->k, 1.0f);
-  hm_gemm_args args = {.type = HM_GEMM_GROUPED_MASKED, .m = max_m, .a = a, .expert_counts = cnt};
+  hm_gemm_args args = {
+      .type = HM_GEMM_GROUPED_MASKED, .m = max_m, .a = a, .expert_counts = cnt, .routing_ready = true};
   void *out = gt_alloc((size_t)(rows * c->n) * 2), *ref = gt_alloc((size_t)(rows * c->n) * 2);
   gt_reference(c, d, &args, rows, ref);
   gt_device_run_with(r->engine, r->fn, r->ctx, &args, rows, c->k, rows, c->n, c->experts, out);

@@ -3,7 +3,9 @@
  * MoE weight-only GEMMs on the device against the host reference: indexed (gate-up
  * gather with top_k, down with a_rows_per_token = 1, top-k weights, a block with
  * expert -1), grouped-contiguous (padded segments) and grouped-masked, with experts
- * that get no tokens, at M = 1, 7, 64, 333 tokens.
+ * that get no tokens, at M = 1, 7, 64, 333 tokens. The metadata is uploaded before each
+ * launch, so the down and grouped launches say routing_ready, as the MoE layer's down GEMM
+ * does: their decode tiles read it before the grid dependency (gemm_pdl.cuh).
  */
 #include "gemm_moe_util.h"
 

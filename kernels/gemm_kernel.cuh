@@ -51,7 +51,8 @@ struct hm_sync_loop {
 // Fills the tile's row maps and issues the first stages of its k-tiles [kb, ke). The first
 // segment of a tile that fills before the grid dependency (gemm_pdl.cuh) waits here, after
 // its first stages' weight copies; then come their activations and the rest of the ring.
-// Every other CTA waited on entry.
+// That of a grouped decode tile whose routing was ready waits after its row maps. Every
+// other CTA waited on entry.
 template <class C, class L>
 __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, const hm_tile &tile, int kb,
                                                       int ke, unsigned char *smem, const hm_gemm_smem_maps &maps,
@@ -70,6 +71,7 @@ __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, c
       return;
     }
   }
+  if (first && hm_pdl_maps_early<C>(p)) hm_pdl_wait(tr);
   L::fill(p, tile, kb, ke, smem, maps.a_row);
 }
 
@@ -177,5 +179,8 @@ __device__ __forceinline__ void hm_gemm_run(const hm_gemm_params &p, hm_trace_cl
       hm_gemm_end_segment<C, M>(p, prev, prev_kb, prev_ke, prev_sk, hm_smem,
                                 hm_gemm_maps_at<C, M>(hm_smem, (seg - 1) & 1), wmn, wk, lane, acc, tr);
   }
+  // A CTA that waited in no segment (it had none) still does before it leaves, so that the
+  // grid never completes ahead of the one before it.
+  if (L::fill_before_wait || hm_pdl_maps_early<C>(p)) hm_pdl_wait(tr);
   tr.finish();
 }

@@ -14,7 +14,8 @@
 //   activations' copies (from L2) stand between the wait and its first MMA;
 // - run several an SM, it only warms L2 with those weights, and waits here.
 // A grouped decode tile does the latter where its launch says the routing was there before
-// it started (p.routing_ready): it reads the routing to find its first tile's expert.
+// it started (p.routing_ready): it reads the routing to find its first tile's expert, and
+// lays out its first segment's row maps before it waits (hm_pdl_maps_early).
 // A next-grid CTA beside a running one slowed W4A16 M = 16 1.18x when it filled early (the
 // tile's 124 registers and 85 KB let two share an SM; H100, twenty-fourth session). What
 // comes in before the wait stays near the ring's first k-tiles: the whole first segment
@@ -23,17 +24,10 @@
 #pragma once
 
 #include "gemm_params.cuh"
+#include "gemm_sched.cuh"
 #include "gemm_trace.cuh"
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
-
-// Routing read before the grid dependency (a launch flagged routing_ready): ld.global.cg,
-// from L2, where the kernel that wrote it flushed it, not from an SM's L1.
-__device__ __forceinline__ int hm_pdl_ld(const int *p) {
-  int v;
-  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
 
 // m-tiles of tile (m_tile, n_tile) and their experts, for the prefetch: a grouped launch's
 // m-tiles run expert by expert, ceil(rows / bm) each (hm_count_m_tiles). One warp scans the
@@ -45,7 +39,7 @@ __device__ __forceinline__ int hm_pdl_grouped_tiles(const hm_gemm_params &p, int
   int carry = 0;
   for (int b = 0; b < (C::experts + 31) / 32; ++b) {
     const int e = b * 32 + lane;
-    int rows = e < C::experts ? hm_pdl_ld(p.expert_counts + e) : 0;
+    int rows = e < C::experts ? hm_routing_ld(p.expert_counts + e) : 0;
     if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
     rows = rows < 0 ? 0 : rows;
     int v = (rows + C::bm - 1) / C::bm;
@@ -68,7 +62,7 @@ __device__ __forceinline__ int hm_pdl_m_tiles(const hm_gemm_params &p) {
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     return (int)((p.m + C::bm - 1) / C::bm);
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    return (hm_pdl_ld(p.num_padded) + C::bm - 1) / C::bm;
+    return (hm_routing_ld(p.num_padded) + C::bm - 1) / C::bm;
   } else {
     int none = -1;
     return hm_pdl_grouped_tiles<C>(p, -1, &none);
@@ -81,7 +75,7 @@ __device__ __forceinline__ int hm_pdl_expert(const hm_gemm_params &p, int m_tile
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     return 0;
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    const int e = hm_pdl_ld(p.expert_ids + m_tile * C::bm / p.block_m);
+    const int e = hm_routing_ld(p.expert_ids + m_tile * C::bm / p.block_m);
     return e >= 0 && e < C::experts ? e : -1;
   } else {
     int e = -1;
@@ -127,6 +121,19 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
 #endif
 }
 
+// Whether a CTA waits for the previous grid only in its first segment, after the tile count
+// and row maps: an mma.sync decode tile of a grouped launch whose routing was ready
+// (p.routing_ready) reads nothing of the previous grid's before its first stage's
+// activations (hm_gemm_begin_segment).
+template <class C>
+__device__ __forceinline__ bool hm_pdl_maps_early(const hm_gemm_params &p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return C::gemm_type != HM_GT_DENSE && C::bm <= 16 && p.routing_ready;
+#else
+  return false;
+#endif
+}
+
 __device__ __forceinline__ void hm_pdl_wait(hm_trace_clock &tr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -143,6 +150,6 @@ __device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p, hm_trace_c
 #endif
   if constexpr (!T::fill_before_wait) {
     hm_pdl_prefetch_weights<C, T>(p);
-    hm_pdl_wait(tr);
+    if (!hm_pdl_maps_early<C>(p)) hm_pdl_wait(tr);
   }
 }

@@ -9,6 +9,22 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
+// Routing metadata (counts, offsets, sorted ids, expert ids, top-k weights) is read from L2
+// (ld.global.cg), never from an SM's L1: a launch told that its routing was ready
+// (hm_gemm_params.routing_ready) reads it before the grid dependency (gemm_pdl.cuh), where
+// no kernel boundary has yet ordered it after the kernels that wrote it.
+__device__ __forceinline__ int hm_routing_ld(const int *p) {
+  int v;
+  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float hm_routing_ld(const float *p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+
 struct hm_tile {
   int e;       // expert
   int m_tile;  // global m-tile index
@@ -19,7 +35,7 @@ struct hm_tile {
 
 template <class C>
 __device__ __forceinline__ int hm_expert_rows(const hm_gemm_params &p, int e) {
-  int rows = p.expert_counts[e];
+  int rows = hm_routing_ld(p.expert_counts + e);
   if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
   return rows < 0 ? 0 : rows;
 }
@@ -33,7 +49,7 @@ __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     return (int)((p.m + C::bm - 1) / C::bm);
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    return (*p.num_padded + C::bm - 1) / C::bm;
+    return (hm_routing_ld(p.num_padded) + C::bm - 1) / C::bm;
   } else {
     if (threadIdx.x < 32) {
       constexpr int batches = (C::experts + 31) / 32, ahead = batches < 16 ? batches : 16;
@@ -76,7 +92,7 @@ __device__ __forceinline__ hm_tile hm_tile_at(const hm_gemm_params &p, int t, co
   tile.row0 = tile.m_tile * C::bm;
   tile.skip = false;
   if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    const int e = p.expert_ids[tile.row0 / p.block_m];
+    const int e = hm_routing_ld(p.expert_ids + tile.row0 / p.block_m);
     tile.e = e;
     tile.skip = e < 0 || e >= C::experts;
   } else if constexpr (C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED) {
@@ -105,16 +121,16 @@ __device__ __forceinline__ void hm_tile_row(const hm_gemm_params &p, const hm_ti
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     if (local < p.m) ar = cr = local;
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    if (local < *p.num_padded) {
-      const int id = p.sorted_ids[local];
+    if (local < hm_routing_ld(p.num_padded)) {
+      const int id = hm_routing_ld(p.sorted_ids + local);
       if (id >= 0 && id < p.m * p.top_k) {
         ar = id / p.a_rows_per_token;
         cr = id;
-        if (p.topk_weights) scale = p.topk_weights[id];
+        if (p.topk_weights) scale = hm_routing_ld(p.topk_weights + id);
       }
     }
   } else if constexpr (C::gemm_type == HM_GT_CONTIGUOUS) {
-    if (local < hm_expert_rows<C>(p, tile.e)) ar = cr = p.expert_offsets[tile.e] + local;
+    if (local < hm_expert_rows<C>(p, tile.e)) ar = cr = hm_routing_ld(p.expert_offsets + tile.e) + local;
   } else {
     if (local < hm_expert_rows<C>(p, tile.e)) ar = cr = (int)(tile.e * p.m + local);
   }

@@ -29,10 +29,10 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
-// m-tiles of tile (m_tile, n_tile) and their experts, for the prefetch: a grouped launch's
-// m-tiles run expert by expert, ceil(rows / bm) each (hm_count_m_tiles). One warp scans the
-// experts' counts in batches of 32; `want` is the m-tile whose expert is asked for (-1:
-// only the total). Lane-uniform results.
+// The m-tiles of a grouped launch, expert by expert ceil(rows / bm) each, as
+// hm_count_m_tiles counts them, and in *expert the expert of m-tile `want` (-1: none asked
+// for). One warp scans the counts 32 experts at a time, without shared memory; every lane
+// gets the same results.
 template <class C>
 __device__ __forceinline__ int hm_pdl_grouped_tiles(const hm_gemm_params &p, int want, int *expert) {
   const int lane = threadIdx.x & 31;

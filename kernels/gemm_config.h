@@ -46,8 +46,9 @@ typedef enum hm_gemm_mma {
 } hm_gemm_mma;
 
 typedef struct hm_gemm_tuning {
-  int bm, bn, bk;                 /* CTA tile; bn a multiple of 64, bk of 64..256; bm = 8 swaps
-                                     the MMA operands (weights as A, tokens as n8) */
+  int bm, bn, bk;                 /* CTA tile; bn a multiple of 64, bk 64..256 (512: weight-only
+                                     mma.sync); bm = 8 swaps the MMA operands (weights as A,
+                                     tokens as n8) */
   int warps_m, warps_n, warps_k;  /* warp grid; warps_k splits each stage's k16 steps */
   int stages;                     /* cp.async ring depth */
   bool stream_k;                  /* split the last waves' k-iterations over all CTAs */

@@ -4,7 +4,8 @@
  * format (bits, signedness, zero points), group size class, activation and output
  * type, bias (formats rotate over the tunings of the M plan), every GEMM type with
  * every tuning, batch invariance, the swapped 8-row decode kernel of each quantized
- * format, and the transform kernels; on the JIT thread pool. Also the plan's invariants
+ * format, the one-unit decode tile at its deepest ring and at bk 512, and the transform
+ * kernels; on the JIT thread pool. Also the plan's invariants
  * and the legality checks of configs.
  */
 #include <stdio.h>
@@ -90,6 +91,22 @@ static void add_transforms(tg_batch *b, int arch) {
     }
 }
 
+/* The one-unit dense decode tile at the deepest rings and longest k-tiles allowed: bk 256
+ * up to 16 stages, bk 512 (weight-only mma.sync), as deep as arch's shared memory holds. */
+static void add_deep_decode(tg_batch *b, int arch) {
+  hm_layer_config lc = layer_of(&variants[0], 1, false);
+  hm_gemm_config c;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, arch, &c));
+  const hm_gemm_tuning tiles[] = {
+      {8, 64, 256, 1, 1, 4, arch >= 90 ? 16 : 12, false, 0, 1, HM_MMA_SYNC, false},
+      {8, 64, 512, 1, 1, 4, arch >= 90 ? 8 : 6, false, 0, 1, HM_MMA_SYNC, false}};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(tiles); i++) {
+    c.tuning = tiles[i];
+    HM_ASSERT_OK(hm_gemm_config_check(&c));
+    tg_add_gemm(b, &c);
+  }
+}
+
 static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
   (void)state;
   static tg_batch b;
@@ -106,6 +123,7 @@ static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
     lc = layer_of(&variants[0], 1, true);
     add_plan(&b, &lc, HM_GEMM_DENSE, archs[a], -1);
     add_transforms(&b, archs[a]);
+    add_deep_decode(&b, archs[a]);
   }
   tg_compile_all(b.src, b.count, "GEMM and transform");
 }
@@ -173,6 +191,11 @@ static void illegal_configs_are_refused(void **state) {
   bad = c;
   bad.tuning.bk = 96;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  bad = c;
+  bad.tuning.bk = 512;
+  bad.tuning.mma = HM_MMA_WGMMA;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "bk=512"));
   bad = c;
   bad.tuning.stages = HM_GEMM_MAX_STAGES + 1;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);

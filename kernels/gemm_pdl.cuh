@@ -29,60 +29,71 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
-// The m-tiles of a grouped launch, expert by expert ceil(rows / bm) each, as
-// hm_count_m_tiles counts them, and in *expert the expert of m-tile `want` (-1: none asked
-// for). One warp scans the counts 32 experts at a time, without shared memory; every lane
-// gets the same results.
+// What the prefetch reads of a launch's routing to find its first tile's expert: an indexed
+// launch's padded rows and expert ids; a grouped launch's counts, every expert's at once
+// (lane l of the first warp holds experts 32 b + l, ceil(rows / bm) m-tiles each, as
+// hm_count_m_tiles counts them), so that the reads are one round trip, not one a batch.
 template <class C>
-__device__ __forceinline__ int hm_pdl_grouped_tiles(const hm_gemm_params &p, int want, int *expert) {
-  const int lane = threadIdx.x & 31;
-  int carry = 0;
-  for (int b = 0; b < (C::experts + 31) / 32; ++b) {
-    const int e = b * 32 + lane;
-    int rows = e < C::experts ? hm_routing_ld(p.expert_counts + e) : 0;
-    if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
-    rows = rows < 0 ? 0 : rows;
-    int v = (rows + C::bm - 1) / C::bm;
+struct hm_pdl_route {
+  static constexpr bool grouped = C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED;
+  static constexpr int batches = grouped ? (C::experts + 31) / 32 : 1;
+  int tiles[batches];
+
+  __device__ __forceinline__ void load(const hm_gemm_params &p) {
+    if constexpr (grouped) {
+      const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int u = __shfl_up_sync(0xffffffffu, v, d);
-      if (lane >= d) v += u;
+      for (int b = 0; b < batches; ++b)
+        tiles[b] = b * 32 + lane < C::experts ? hm_routing_ld(p.expert_counts + b * 32 + lane) : 0;
+#pragma unroll
+      for (int b = 0; b < batches; ++b) {
+        int rows = tiles[b] < 0 ? 0 : tiles[b];
+        if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
+        tiles[b] = (rows + C::bm - 1) / C::bm;
+      }
     }
-    const unsigned past = __ballot_sync(0xffffffffu, want >= 0 && carry + v > want);
-    if (past != 0 && *expert < 0) *expert = b * 32 + __ffs(past) - 1;
-    carry += __shfl_sync(0xffffffffu, v, 31);
   }
-  return carry;
-}
 
-// The launch's m-tiles, as the kernel counts them after the wait; grouped launches read
-// their routing here, so only one with p.routing_ready gets this far before the wait.
-template <class C>
-__device__ __forceinline__ int hm_pdl_m_tiles(const hm_gemm_params &p) {
-  if constexpr (C::gemm_type == HM_GT_DENSE) {
-    return (int)((p.m + C::bm - 1) / C::bm);
-  } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    return (hm_routing_ld(p.num_padded) + C::bm - 1) / C::bm;
-  } else {
+  // A grouped launch's m-tiles, and in *expert the expert of m-tile `want` (-1: none asked
+  // for); the same in every lane.
+  __device__ __forceinline__ int scan(int want, int *expert) const {
+    const int lane = threadIdx.x & 31;
+    int carry = 0;
+#pragma unroll
+    for (int b = 0; b < batches; ++b) {
+      int v = tiles[b];
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, d);
+        if (lane >= d) v += u;
+      }
+      const unsigned past = __ballot_sync(0xffffffffu, want >= 0 && carry + v > want);
+      if (past != 0 && *expert < 0) *expert = b * 32 + __ffs(past) - 1;
+      carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+    return carry;
+  }
+
+  // The launch's m-tiles, as the kernel counts them after the wait.
+  __device__ __forceinline__ int m_tiles(const hm_gemm_params &p) const {
+    if constexpr (C::gemm_type == HM_GT_DENSE) return (int)((p.m + C::bm - 1) / C::bm);
+    if constexpr (C::gemm_type == HM_GT_INDEXED) return (hm_routing_ld(p.num_padded) + C::bm - 1) / C::bm;
     int none = -1;
-    return hm_pdl_grouped_tiles<C>(p, -1, &none);
+    return scan(-1, &none);
   }
-}
 
-// The expert of m-tile m_tile, or -1 where it has none (an indexed block of expert -1).
-template <class C>
-__device__ __forceinline__ int hm_pdl_expert(const hm_gemm_params &p, int m_tile) {
-  if constexpr (C::gemm_type == HM_GT_DENSE) {
-    return 0;
-  } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    const int e = hm_routing_ld(p.expert_ids + m_tile * C::bm / p.block_m);
-    return e >= 0 && e < C::experts ? e : -1;
-  } else {
+  // The expert of m-tile m_tile, or -1 where it has none (an indexed block of expert -1).
+  __device__ __forceinline__ int expert(const hm_gemm_params &p, int m_tile) const {
+    if constexpr (C::gemm_type == HM_GT_DENSE) return 0;
+    if constexpr (C::gemm_type == HM_GT_INDEXED) {
+      const int e = hm_routing_ld(p.expert_ids + m_tile * C::bm / p.block_m);
+      return e >= 0 && e < C::experts ? e : -1;
+    }
     int e = -1;
-    hm_pdl_grouped_tiles<C>(p, m_tile, &e);
+    scan(m_tile, &e);
     return e;
   }
-}
+};
 
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
 // first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
@@ -96,7 +107,9 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (C::bm <= 16) {
     if (threadIdx.x >= 32 || (C::gemm_type != HM_GT_DENSE && !p.routing_ready)) return;
-    const int tiles = hm_pdl_m_tiles<C>(p) * T::n_tiles;
+    hm_pdl_route<C> route;
+    route.load(p);
+    const int tiles = route.m_tiles(p) * T::n_tiles;
     const int dp = hm_sk_dp_tiles(tiles, p.grid, C::stream_k);
     int t = blockIdx.x, kb = 0, count = T::k_iters;
     if (t >= dp) {
@@ -108,7 +121,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       kb = it % T::k_iters;
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
-    const int e = hm_pdl_expert<C>(p, t / T::n_tiles);
+    const int e = route.expert(p, t / T::n_tiles);
     const int col = (t % T::n_tiles) * T::bn_units + (int)threadIdx.x;
     // The last tile's columns past N; k0 < k16 as kb < k_iters.
     if (e < 0 || (int)threadIdx.x >= T::bn_units || col >= T::n_units) return;

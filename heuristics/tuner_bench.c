@@ -106,6 +106,7 @@ hm_status hm_tuner_bench_create(hm_engine *engine, const hm_tune_request *req, s
   out->top_k = hm_choose_token_rows(req->layer, req->type);
   out->shared = req->type == HM_GEMM_DENSE ? 0 : req->shared;
   out->a_rows_per_token = req->a_per_slot ? 1 : out->top_k;
+  out->routing_ready = req->type != HM_GEMM_DENSE && req->a_per_slot;
   hm_status ret = HM_OK;
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);
   HM_CHECK_GOTO(alloc_weights(out, l2_bytes), fail);
@@ -205,12 +206,14 @@ static hm_status ensure_workspace(hm_tuner_bench *b, const hm_gemm_config *cfg) 
 
 /* The layout's metadata, as the MoE layer passes it (moe/layer_forward.c): indexed and
  * contiguous rows padded to the kernel's block, masked launches of max_m = tokens rows an
- * expert; each MoE launch names the rows routed, from which the kernel table picks. */
+ * expert; each MoE launch names the rows routed, from which the kernel table picks. The
+ * routing is uploaded before the timed launches, so the down GEMM's may say it is ready. */
 static hm_status layout_args(hm_tuner_bench *b, const hm_gemm_config *cfg, int64_t tokens,
                              hm_gemm_args *args) {
   const int bm = cfg->tuning.bm;
   HM_CHECK(ensure_routing(b, tokens, b->type == HM_GEMM_GROUPED_MASKED ? 1 : bm));
   args->m = tokens;
+  args->routing_ready = b->routing_ready;
   switch (b->type) {
     case HM_GEMM_INDEXED:
       args->sorted_ids = b->sorted_ids;

@@ -27,6 +27,7 @@ typedef struct hm_tuner_bench {
   int top_k;            /* slots a token: the layer's for the MoE layouts, 1 for dense */
   int shared;           /* the layer's last experts that every token takes (a fused shared expert) */
   int a_rows_per_token; /* indexed: top_k where A holds token rows, 1 where it holds slot rows */
+  bool routing_ready;   /* the down GEMM: launched as the MoE layer launches it (hm_gemm_args) */
   int copies;
   hm_gemm_operands ops[HM_TUNER_MAX_COPIES];
   hm_tuner_buffer a, a_scale, c, workspace;

@@ -106,7 +106,7 @@ hm_status hm_tuner_bench_create(hm_engine *engine, const hm_tune_request *req, s
   out->top_k = hm_choose_token_rows(req->layer, req->type);
   out->shared = req->type == HM_GEMM_DENSE ? 0 : req->shared;
   out->a_rows_per_token = req->a_per_slot ? 1 : out->top_k;
-  out->routing_ready = req->type != HM_GEMM_DENSE && req->a_per_slot;
+  out->routing_ready = req->a_per_slot;
   hm_status ret = HM_OK;
   HM_CHECK_GOTO(hm_stream_create(engine, &out->stream), fail);
   HM_CHECK_GOTO(alloc_weights(out, l2_bytes), fail);

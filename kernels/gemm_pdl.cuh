@@ -29,11 +29,11 @@
 #include "gemm_traits.cuh"
 #include "hm_sk_split.cuh"
 
-// What the prefetch reads of a launch's routing to find its first tile's expert: an indexed
-// launch's padded rows and expert ids; a grouped launch's counts, every expert's at once
-// (lane l of the first warp holds experts 32 b + l, ceil(rows / bm) m-tiles each, as
-// hm_count_m_tiles counts them), so that the reads are one round trip, not one a batch.
-template <class C>
+// What the prefetch reads of a launch's routing to find its first tile's expert: a dense or
+// indexed launch's tiles as the kernel finds them (hm_count_m_tiles, hm_tile_at); a grouped
+// launch's counts, every expert's at once (lane l of the first warp holds experts 32 b + l,
+// their m-tiles), so that the reads are one round trip and the search needs no shared memory.
+template <class C, class T>
 struct hm_pdl_route {
   static constexpr bool grouped = C::gemm_type == HM_GT_CONTIGUOUS || C::gemm_type == HM_GT_MASKED;
   static constexpr int batches = grouped ? (C::experts + 31) / 32 : 1;
@@ -43,13 +43,9 @@ struct hm_pdl_route {
     if constexpr (grouped) {
       const int lane = threadIdx.x & 31;
 #pragma unroll
-      for (int b = 0; b < batches; ++b)
-        tiles[b] = b * 32 + lane < C::experts ? hm_routing_ld(p.expert_counts + b * 32 + lane) : 0;
-#pragma unroll
       for (int b = 0; b < batches; ++b) {
-        int rows = tiles[b] < 0 ? 0 : tiles[b];
-        if (C::gemm_type == HM_GT_MASKED && rows > p.m) rows = (int)p.m;
-        tiles[b] = (rows + C::bm - 1) / C::bm;
+        const int e = b * 32 + lane;
+        tiles[b] = e < C::experts ? (hm_expert_rows<C>(p, e) + C::bm - 1) / C::bm : 0;
       }
     }
   }
@@ -61,12 +57,7 @@ struct hm_pdl_route {
     int carry = 0;
 #pragma unroll
     for (int b = 0; b < batches; ++b) {
-      int v = tiles[b];
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int u = __shfl_up_sync(0xffffffffu, v, d);
-        if (lane >= d) v += u;
-      }
+      const int v = hm_warp_inclusive_sum(tiles[b], lane);
       const unsigned past = __ballot_sync(0xffffffffu, want >= 0 && carry + v > want);
       if (past != 0 && *expert < 0) *expert = b * 32 + __ffs(past) - 1;
       carry += __shfl_sync(0xffffffffu, v, 31);
@@ -76,21 +67,19 @@ struct hm_pdl_route {
 
   // The launch's m-tiles, as the kernel counts them after the wait.
   __device__ __forceinline__ int m_tiles(const hm_gemm_params &p) const {
-    if constexpr (C::gemm_type == HM_GT_DENSE) return (int)((p.m + C::bm - 1) / C::bm);
-    if constexpr (C::gemm_type == HM_GT_INDEXED) return (hm_routing_ld(p.num_padded) + C::bm - 1) / C::bm;
+    if constexpr (!grouped) return hm_count_m_tiles<C>(p, nullptr);
     int none = -1;
     return scan(-1, &none);
   }
 
-  // The expert of m-tile m_tile, or -1 where it has none (an indexed block of expert -1).
-  __device__ __forceinline__ int expert(const hm_gemm_params &p, int m_tile) const {
-    if constexpr (C::gemm_type == HM_GT_DENSE) return 0;
-    if constexpr (C::gemm_type == HM_GT_INDEXED) {
-      const int e = hm_routing_ld(p.expert_ids + m_tile * C::bm / p.block_m);
-      return e >= 0 && e < C::experts ? e : -1;
+  // The expert of tile t, or -1 where it has none (an indexed block of expert -1).
+  __device__ __forceinline__ int expert(const hm_gemm_params &p, int t) const {
+    if constexpr (!grouped) {
+      const hm_tile tile = hm_tile_at<C, T>(p, t, nullptr);
+      return tile.skip ? -1 : tile.e;
     }
     int e = -1;
-    scan(m_tile, &e);
+    scan(t / T::n_tiles, &e);
     return e;
   }
 };
@@ -107,7 +96,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (C::bm <= 16) {
     if (threadIdx.x >= 32 || (C::gemm_type != HM_GT_DENSE && !p.routing_ready)) return;
-    hm_pdl_route<C> route;
+    hm_pdl_route<C, T> route;
     route.load(p);
     const int tiles = route.m_tiles(p) * T::n_tiles;
     const int dp = hm_sk_dp_tiles(tiles, p.grid, C::stream_k);
@@ -121,7 +110,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       kb = it % T::k_iters;
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
-    const int e = route.expert(p, t / T::n_tiles);
+    const int e = route.expert(p, t);
     const int col = (t % T::n_tiles) * T::bn_units + (int)threadIdx.x;
     // The last tile's columns past N; k0 < k16 as kb < k_iters.
     if (e < 0 || (int)threadIdx.x >= T::bn_units || col >= T::n_units) return;

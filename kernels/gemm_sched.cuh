@@ -40,6 +40,16 @@ __device__ __forceinline__ int hm_expert_rows(const hm_gemm_params &p, int e) {
   return rows < 0 ? 0 : rows;
 }
 
+// The sum of v over lanes 0..lane of the warp.
+__device__ __forceinline__ int hm_warp_inclusive_sum(int v, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += u;
+  }
+  return v;
+}
+
 // m-tiles of this launch. Grouped types leave in prefix[e] the m-tiles of experts 0..e.
 // The first warp reads the counts of up to 512 experts before it scans them, so that the
 // launch waits one round trip for them, not one per 32 experts (they are the previous
@@ -65,12 +75,7 @@ __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
 #pragma unroll
         for (int i = 0; i < ahead; ++i) {
           const int e = (b0 + i) * 32 + lane;
-          int v = (rows[i] + C::bm - 1) / C::bm;
-#pragma unroll
-          for (int d = 1; d < 32; d <<= 1) {
-            const int u = __shfl_up_sync(0xffffffffu, v, d);
-            if (lane >= d) v += u;
-          }
+          const int v = hm_warp_inclusive_sum((rows[i] + C::bm - 1) / C::bm, lane);
           if (e < C::experts) prefix[e] = carry + v;
           carry += __shfl_sync(0xffffffffu, v, 31);
         }

@@ -214,7 +214,7 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
         hm_w8ss_issue<C, true>(st, at, mi, d[0]);
         if (mi == T::mt - 1) ws = hm_w8wg_block_scale<C>(p, tile, at.wn * T::wtn, kt + 1 < ke ? kt + 1 : kt);
         hm_w8ss_wait(d[0]);
-        if (mi == T::mt - 1) hm_ws_release<C>(ring, n, at.lane);
+        if (mi == T::mt - 1) hm_ws_release<C>(ring, n);
         hm_w8ss_fold<C>(s, mi, d, acc);
       }
     }
@@ -231,10 +231,10 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
       // This stage's groups in flight, the previous one's done (a no-op on the segment's
       // first); no branch between wgmmas in flight.
       hm_wgmma_wait<T::mt>();
-      hm_ws_release<C>(ring, n - 1, at.lane, kt > kb);
+      hm_ws_release<C>(ring, n - 1, kt > kb);
     }
     hm_w8wg_wait_stage<C>(part);
-    hm_ws_release<C>(ring, n - 1, at.lane);
+    hm_ws_release<C>(ring, n - 1);
 #pragma unroll
     for (int m = 0; m < T::mb; ++m)
 #pragma unroll

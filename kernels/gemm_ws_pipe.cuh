@@ -157,12 +157,11 @@ __device__ __forceinline__ const unsigned char *hm_ws_acquire(const hm_ws_ring &
 }
 
 // Hands stage n's slot back (where ready) once this warp's wgmmas that read it are
-// waited for. Branch-free, so that it may run between wgmmas in flight.
+// waited for: one arrival a warp. Branch-free, so that it may run between wgmmas in flight.
 template <class C>
-__device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n, int lane,
-                                              bool ready = true) {
+__device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n, bool ready = true) {
   __syncwarp();
-  hm_mbar_arrive_if(&ring.empty[n % C::stages], lane == 0 && ready);
+  hm_mbar_arrive_elected_if(&ring.empty[n % C::stages], ready);
 }
 
 // The consumer warpgroups: per segment wait for its row maps, accumulate, store (or

@@ -56,12 +56,12 @@ __device__ __forceinline__ void hm_wgws_mainloop(int kb, int ke, const hm_ws_rin
   for (int kt = kb; kt < ke; ++kt, ++n) {
     const unsigned char *st = hm_ws_acquire<C, T::stage_bytes>(ring, n);
     hm_wg_compute_stage<C>(st, at.wm, at.wn, at.src, af, acc,
-                           [&] { hm_ws_release<C>(ring, n - 1, at.lane, kt > kb); }, [](int) {});
+                           [&] { hm_ws_release<C>(ring, n - 1, kt > kb); }, [](int) {});
   }
   hm_wgmma_wait<0>();
 #pragma unroll
   for (int m = 0; m < T::mb; ++m) hm_wgmma_fence_operands(acc[m]);
-  hm_ws_release<C>(ring, n - 1, at.lane);
+  hm_ws_release<C>(ring, n - 1);
 }
 
 // The weight-only stage on the warp-specialized pipeline (the policy of gemm_ws_pipe.cuh).

@@ -13,6 +13,11 @@
 bool hm_gemm_wgmma_takes(const hm_gemm_config *base);
 /* The wgmma-specific rules of cfg (arch, weight format, warpgroup grid, tile, stages). */
 hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg);
+/* Whether a warp-specialized weight-only config stages its output tile in the ring slot of a
+ * segment's last stage (gemm_ws_pipe.cuh) instead of beside the ring: where one stage holds
+ * the tile and three stages with the tile beside them exceed the SM's shared memory, as
+ * bm 256 x bn 128 x bk 128 do, and K has no tail. Configs that fit the other way keep it. */
+bool hm_gemm_ws_c_in_ring(const hm_gemm_config *cfg);
 /* Dynamic shared memory of a wgmma config, as hm_wg_traits::smem_bytes. */
 size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg);
 /* Accumulators per thread of a wgmma tuning. */

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "kernels/gemm_config_w8a8.h"
+#include "kernels/gemm_config_wgmma.h"
 #include "kernels/gemm_launch.h"
 #include "params.h"
 
@@ -102,6 +103,9 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   const kernel_body *body = t->ws ? (w8a8 ? &w8a8_ws_body : &ws_body) : plain;
   char extra[384] = "";
   if (w8a8) w8a8_constants(cfg, extra, sizeof(extra));
+  if (body == &ws_body)
+    snprintf(extra, sizeof(extra), "  static constexpr bool c_in_ring = %s;\n",
+             tf(hm_gemm_ws_c_in_ring(cfg)));
   hm_gemm_config_name(cfg, out->name, sizeof(out->name));
   const int threads = hm_gemm_config_threads(cfg);
   char *text = NULL;

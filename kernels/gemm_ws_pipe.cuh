@@ -35,10 +35,15 @@ constexpr int hm_ws_producer_bar = 2;  // their named barrier (1 is the consumer
 // Shared memory after a ring of PIPE_BYTES: the staged output tile (C_BYTES, its own,
 // since the producer fills stages of the next segment while the consumers store), the
 // barriers (full and empty per stage, then per map set), two row map sets, flag, prefix.
+// A tile too large to sit beside three stages (C_BYTES 0, c_in_ring) is staged in the slot
+// of its segment's last stage instead, which the consumers hand back only once it is
+// stored: the producer refills the other slots meanwhile, so the next segment starts on
+// stages - 1 of them.
 // And the registers: 384 threads a CTA get 168 each; the producer warpgroup keeps
 // PRODUCER_REGS and the consumers take what it gives back (56: 224, 80: 208).
 template <class C, int PIPE_BYTES, int C_BYTES, int PRODUCER_REGS>
 struct hm_ws_layout {
+  static constexpr bool c_in_ring = C_BYTES == 0;
   static constexpr int consumer_warps = hm_wg_traits<C>::threads / 32;
   static constexpr int producer_regs = PRODUCER_REGS;
   static constexpr int consumer_regs = (168 * 384 - 128 * PRODUCER_REGS) / 256 / 8 * 8;
@@ -179,8 +184,14 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                   const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
                   hm_mbar_wait(&ring.maps_full[b], (seg >> 1) & 1);
                   K::mainloop(p, tile, kb, ke, ring, n, maps.a_row, at, acc);
-                  K::store(p, tile, kb, ke, sk, smem + L::c_off, maps, at, acc);
+                  unsigned char *c_stage =
+                      L::c_in_ring ? ring.stages + (n - 1) % C::stages * K::stage_bytes : smem + L::c_off;
+                  K::store(p, tile, kb, ke, sk, c_stage, maps, at, acc);
                   hm_wg_sync<C>();  // the staged tile, the flag and the map set are free again
+                  if constexpr (L::c_in_ring) {
+                    hm_fence_proxy_async();  // the tile's st.shared before the producer's copies into the slot
+                    hm_ws_release<C>(ring, n - 1);
+                  }
                   if (threadIdx.x == 0) hm_mbar_arrive(&ring.maps_empty[b]);
                   ++seg;
                 });

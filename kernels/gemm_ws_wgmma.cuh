@@ -46,8 +46,9 @@ __device__ __forceinline__ void hm_wgws_load_weights(const hm_gemm_params &p, co
 }
 
 // Accumulates k-tiles [kb, ke) into acc (zeroed first), stages n, n+1, ...; a stage's
-// slot goes back as soon as the next stage's second step has waited out its wgmmas.
-template <class C>
+// slot goes back as soon as the next stage's second step has waited out its wgmmas, the
+// last one's here unless the output tile is staged in it (RELEASE_LAST false).
+template <class C, bool RELEASE_LAST>
 __device__ __forceinline__ void hm_wgws_mainloop(int kb, int ke, const hm_ws_ring &ring, unsigned &n,
                                                  const hm_wg_place &at, hm_wg_acc_t<C> &acc) {
   using T = hm_wg_traits<C>;
@@ -61,7 +62,7 @@ __device__ __forceinline__ void hm_wgws_mainloop(int kb, int ke, const hm_ws_rin
   hm_wgmma_wait<0>();
 #pragma unroll
   for (int m = 0; m < T::mb; ++m) hm_wgmma_fence_operands(acc[m]);
-  hm_ws_release<C>(ring, n - 1);
+  if constexpr (RELEASE_LAST) hm_ws_release<C>(ring, n - 1);
 }
 
 // The weight-only stage on the warp-specialized pipeline (the policy of gemm_ws_pipe.cuh).
@@ -69,8 +70,10 @@ template <class C>
 struct hm_wgws_traits : hm_wg_traits<C> {
   using G = hm_wg_traits<C>;
   // The producer's copies spill at 72 registers (grouped layouts, bm 64), a consumer (128
-  // accumulators, A fragments, scales) at 208 does not (ptxas 13.0).
-  using layout = hm_ws_layout<C, G::pipe_bytes, hm_wg_c_out<C>::bytes, 80>;
+  // accumulators, A fragments, scales) at 208 does not (ptxas 13.0). C::c_in_ring comes
+  // from the host (hm_gemm_ws_c_in_ring), which knows the SM's shared memory.
+  using layout = hm_ws_layout<C, G::pipe_bytes, C::c_in_ring ? 0 : hm_wg_c_out<C>::bytes, 80>;
+  static_assert(!C::c_in_ring || G::stage_bytes >= hm_wg_c_out<C>::bytes, "a stage slot holds the tile");
   static constexpr int smem_bytes = layout::smem_bytes;
 
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
@@ -83,7 +86,7 @@ struct hm_wgws_traits : hm_wg_traits<C> {
                                                   int ke, const hm_ws_ring &ring, unsigned &n,
                                                   const int *a_row, const hm_wg_place &at,
                                                   hm_wg_acc_t<C> &acc) {
-    hm_wgws_mainloop<C>(kb, ke, ring, n, at, acc);
+    hm_wgws_mainloop<C, !layout::c_in_ring>(kb, ke, ring, n, at, acc);
   }
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                                const hm_sk_piece &sk, unsigned char *c_stage,

@@ -6,11 +6,13 @@
  * gate-up and down with top-k weights, grouped-contiguous, grouped-masked, an expert
  * with no tokens) at 64, 333 and 4096 tokens. Tile shapes rotate over the cases so that
  * each warpgroup layout, Stream-K and data-parallel schedule runs; then the same with
- * the warp-specialized tiles (gemm_ws_wgmma.cuh), and the dense formats on the bn64 bk64
+ * the warp-specialized tiles (gemm_ws_wgmma.cuh), the tile that stages its output in a
+ * ring slot (bm 256 x bn 128 x bk 128), and the dense formats on the bn64 bk64
  * two-warpgroup tiles. Skips without an sm_90 device.
  */
 #include "gemm_moe_util.h"
 #include "hm_few_copy_tunings.h"
+#include "kernels/gemm_config_wgmma.h"
 #include "kernels/gemm_gen.h"
 #include "layer_internal.h"
 
@@ -73,8 +75,14 @@ typedef struct shape_set {
   int count;
 } shape_set;
 
+/* Three stages of 256 tokens x bk 128 leave no room beside them for the output tile: it is
+ * staged in the slot of the segment's last stage (hm_gemm_ws_c_in_ring) where K has no
+ * tail; the other cases run it at bk 64. Stream-K down to one k-tile, for split tiles. */
+static const hm_gemm_tuning ring_shape = {256, 128, 128, 1, 8, 1, 3, true, 1, 1, HM_MMA_WGMMA, true};
+
 static const shape_set plain = {shapes, (int)HM_ARRAY_SIZE(shapes)};
 static const shape_set specialized = {ws_shapes, (int)HM_ARRAY_SIZE(ws_shapes)};
+static const shape_set ring_staged = {&ring_shape, 1};
 static const shape_set few_copies = {hm_few_copy_tunings, (int)HM_ARRAY_SIZE(hm_few_copy_tunings)};
 
 static const int64_t m_list[] = {64, 333, 4096};
@@ -169,7 +177,8 @@ static bool run_dense(hm_rng *rng, const gt_case *c, const gt_layer_data *d, for
 
 #define DENSE_CASES ((int)HM_ARRAY_SIZE(dense_cases))
 
-static void dense_check(const shape_set *set, const char *seed) {
+/* Returns how many of the cases' kernels stage their output tile in a ring slot. */
+static int dense_check(const shape_set *set, const char *seed) {
   hm_rng rng;
   hm_rng_seed(&rng, hm_test_seed(seed));
   gt_layer_data d[DENSE_CASES];
@@ -181,8 +190,9 @@ static void dense_check(const shape_set *set, const char *seed) {
     cfg[i] = forced_config(l[i], HM_GEMM_DENSE, &set->t[i % set->count]);
   }
   compile_all(cfg, DENSE_CASES);
-  int failed = 0;
+  int failed = 0, in_ring = 0;
   for (int i = 0; i < DENSE_CASES; i++) {
+    in_ring += hm_gemm_ws_c_in_ring(&cfg[i]);
     forced f;
     forced_make(l[i], &cfg[i], &f);
     printf("# %s\n", f.name);
@@ -193,6 +203,7 @@ static void dense_check(const shape_set *set, const char *seed) {
     gt_layer_data_free(&d[i]);
   }
   if (failed) fail_msg("%d dense wgmma cases out of bound", failed);
+  return in_ring;
 }
 
 static void dense_formats_match_reference(void **state) {
@@ -214,7 +225,7 @@ static void few_unit_copies_match_reference(void **state) {
 static const hm_gemm_type moe_types[] = {HM_GEMM_INDEXED, HM_GEMM_GROUPED_CONTIGUOUS, HM_GEMM_GROUPED_MASKED};
 #define MOE_TYPES ((int)HM_ARRAY_SIZE(moe_types))
 
-static void moe_check(const shape_set *set, const char *seed) {
+static int moe_check(const shape_set *set, const char *seed) {
   hm_rng rng;
   hm_rng_seed(&rng, hm_test_seed(seed));
   gt_layer_data d[MOE_CASES];
@@ -227,11 +238,12 @@ static void moe_check(const shape_set *set, const char *seed) {
       cfg[i][t] = forced_config(l[i], moe_types[t], &set->t[(i + t) % set->count]);
   }
   compile_all(&cfg[0][0], MOE_CASES * MOE_TYPES);
-  int failed = 0;
+  int failed = 0, in_ring = 0;
   for (int i = 0; i < MOE_CASES; i++) {
     const gt_case *c = &moe_cases[i];
     forced f[MOE_TYPES];
     for (int t = 0; t < MOE_TYPES; t++) {
+      in_ring += hm_gemm_ws_c_in_ring(&cfg[i][t]);
       forced_make(l[i], &cfg[i][t], &f[t]);
       printf("# %s\n", f[t].name);
     }
@@ -249,6 +261,7 @@ static void moe_check(const shape_set *set, const char *seed) {
     gt_layer_data_free(&d[i]);
   }
   if (failed) fail_msg("%d MoE wgmma cases out of bound", failed);
+  return in_ring;
 }
 
 static void moe_layouts_match_reference(void **state) {
@@ -259,6 +272,14 @@ static void moe_layouts_match_reference(void **state) {
 static void ws_moe_layouts_match_reference(void **state) {
   (void)state;
   moe_check(&specialized, "wgmma_ws_moe_layouts_match_reference");
+}
+
+static void ring_staged_tile_matches_reference(void **state) {
+  (void)state;
+  const int dense = dense_check(&ring_staged, "wgmma_ring_staged_dense");
+  const int moe = moe_check(&ring_staged, "wgmma_ring_staged_moe");
+  printf("# output tile in a ring slot: %d dense, %d MoE kernels\n", dense, moe);
+  assert_true(dense > 0 && moe > 0);
 }
 
 /* Stream-K sums partials in k order: two runs of a split tile give the same bits. */
@@ -301,9 +322,10 @@ int main(void) {
   }
   printf("# device: %s\n", hm_engine_device_name(engine));
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(dense_formats_match_reference),    cmocka_unit_test(moe_layouts_match_reference),
-      cmocka_unit_test(ws_dense_formats_match_reference), cmocka_unit_test(few_unit_copies_match_reference),
-      cmocka_unit_test(ws_moe_layouts_match_reference),   cmocka_unit_test(stream_k_is_deterministic),
+      cmocka_unit_test(dense_formats_match_reference),      cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(ws_dense_formats_match_reference),   cmocka_unit_test(few_unit_copies_match_reference),
+      cmocka_unit_test(ws_moe_layouts_match_reference),     cmocka_unit_test(stream_k_is_deterministic),
+      cmocka_unit_test(ring_staged_tile_matches_reference),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

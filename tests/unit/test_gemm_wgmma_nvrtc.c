@@ -60,6 +60,9 @@ static const hm_gemm_tuning ws_shapes[] = {
     {128, 128, 64, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
 };
 
+/* Three 73 KiB stages: the output tile is staged in a ring slot (hm_gemm_ws_c_in_ring). */
+static const hm_gemm_tuning ring_shape = {256, 128, 128, 1, 8, 1, 3, true, 4, 1, HM_MMA_WGMMA, true};
+
 /* W8A8 (gemm_w8a8_wgmma.cuh): fp8 with 128x128 block or per-channel weight scales, int8
  * per channel; per-token or 1x128 activation scales. */
 typedef struct w8a8_format {
@@ -192,6 +195,12 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     const hm_gemm_config c = config_of(f, (hm_gemm_type)type, &ws_shapes[i % HM_ARRAY_SIZE(ws_shapes)]);
     add(&b, &c);
     assert_non_null(strstr(b.src[b.count - 1].name, "_wgmma_ws"));
+  }
+  /* The tile staged in a ring slot, on every GEMM type. */
+  for (int t = 0; t < 4; t++) {
+    const hm_gemm_config c = config_of(&formats[0], (hm_gemm_type)t, &ring_shape);
+    assert_true(hm_gemm_ws_c_in_ring(&c));
+    add(&b, &c);
   }
   /* W8A8: fp8 block, fp8 channel and int8 channel take every GEMM type; shapes rotate. */
   for (size_t i = 0; i < HM_ARRAY_SIZE(w8a8_formats); i++)
@@ -351,6 +360,20 @@ static void shared_memory_accounting(void **state) {
   assert_int_equal(hm_gemm_config_smem_bytes(&wo),
                    1024 + 3 * 50176 + 128 * (256 * 2 + 4) + 10 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
   assert_int_equal(hm_gemm_config_threads(&wo), 384);
+  assert_false(hm_gemm_ws_c_in_ring(&wo));
+  /* bm 256, bn 128, bk 128: 3 stages of A 65536 + units 8192 + scales 256 + zeros 128
+   * (rounded to 74752), and no room beside them for the tile (256 x 260 bytes): it is staged
+   * in a ring slot, so only the barriers and map sets follow the stages. */
+  const hm_gemm_config ring = config_of(&formats[0], HM_GEMM_GROUPED_MASKED, &ring_shape);
+  assert_true(hm_gemm_ws_c_in_ring(&ring));
+  assert_int_equal(hm_gemm_config_smem_bytes(&ring),
+                   1024 + 3 * 74752 + 10 * 8 + 2 * 3 * 256 * 4 + 4 + 64 * 4);
+  /* With a K tail it is not: the slot's bytes past K are read (as weights times zero
+   * tokens). Groups of 64, so that K = 7232 is a whole number of them. */
+  hm_gemm_config tail = config_of(&formats[1], HM_GEMM_GROUPED_MASKED, &ring_shape);
+  assert_true(hm_gemm_ws_c_in_ring(&tail));
+  tail.layer.k = 7168 + 64;
+  assert_false(hm_gemm_ws_c_in_ring(&tail));
 }
 
 static hm_gemm_config base_of(const format *f, hm_gemm_type type, int arch, bool invariant) {

@@ -95,9 +95,11 @@ static size_t stage_bytes(const hm_gemm_config *cfg) {
   return (stage + 1023) / 1024 * 1024;
 }
 
-/* The warp-specialized kernels stage their tile in the output type (hm_wg_c_out). */
-static size_t staged_out_bytes(const hm_gemm_tuning *t) {
-  return (size_t)t->bm * ((size_t)t->bn * 2 + 4);
+/* The warp-specialized kernels stage their tile in the output type: rows an odd number of
+ * words apart for weight-only (hm_wg_c_out), 4 banks apart for W8A8 (hm_w8ss_c_pitch). */
+static size_t staged_out_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  return (size_t)t->bm * ((size_t)t->bn * 2 + (hm_gemm_is_w8a8(&cfg->layer) ? 16 : 4));
 }
 
 /* Warp-specialized: STAGES stages, the staged C tile of C_BYTES beside them, barriers (full
@@ -110,14 +112,14 @@ static size_t ws_smem_bytes(const hm_gemm_config *cfg, int stages, size_t c_byte
 /* Only where K fills every k-tile: a K tail reads its slot's bytes past K as weights times
  * zero tokens (gemm_ws_pipe.cuh), and output values staged there may not be finite. */
 bool hm_gemm_ws_c_in_ring(const hm_gemm_config *cfg) {
-  const size_t c_bytes = staged_out_bytes(&cfg->tuning);
+  const size_t c_bytes = staged_out_bytes(cfg);
   return cfg->tuning.ws && !hm_gemm_is_w8a8(&cfg->layer) && cfg->layer.k % cfg->tuning.bk == 0 &&
          stage_bytes(cfg) >= c_bytes && ws_smem_bytes(cfg, 3, c_bytes) > hm_gemm_arch_smem_limit(cfg->arch);
 }
 
 size_t hm_gemm_wgmma_smem_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  if (t->ws) return ws_smem_bytes(cfg, t->stages, hm_gemm_ws_c_in_ring(cfg) ? 0 : staged_out_bytes(t));
+  if (t->ws) return ws_smem_bytes(cfg, t->stages, hm_gemm_ws_c_in_ring(cfg) ? 0 : staged_out_bytes(cfg));
   const size_t pipe = stage_bytes(cfg) * (size_t)t->stages;
   const size_t staged_c = (size_t)t->bm * ((size_t)t->bn * 4 + 8);
   return 1024 + (pipe > staged_c ? pipe : staged_c) + hm_gemm_maps_bytes(cfg, (size_t)t->bm);

@@ -22,6 +22,13 @@
 #include "gemm_w8a8_wgmma.cuh"
 #include "gemm_ws_pipe.cuh"
 
+// The row pitch of the staged output tile (bytes): a warp's 4-byte writes cover 8 tokens
+// (rows) x 4 adjacent column pairs, so rows 4 banks apart (an odd number of words, as
+// hm_wg_c_out's pitch, put them 1 bank apart: 4.3-way conflicts on 2.3 M shared stores of
+// the fp8 groups kernel, Nsight, twenty-eighth session); the copy-out reads whole rows.
+template <class C>
+constexpr int hm_w8ss_c_pitch = C::bn * 2 + 16;
+
 template <class C>
 struct hm_w8ss_traits : hm_w8wg_traits<C> {
   using W = hm_w8wg_traits<C>;
@@ -30,7 +37,7 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
   static constexpr int wn_regs = G::wtn / 2;  // accumulators of one m64 block (wgmma N = wtn)
   // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs up to
   // about 220 of the 224 this leaves it (192 sums, descriptors, scales, addresses).
-  using layout = hm_ws_layout<C, W::pipe_bytes, hm_wg_c_out<C>::bytes, 56>;
+  using layout = hm_ws_layout<C, W::pipe_bytes, C::bm * hm_w8ss_c_pitch<C>, 56>;
   static constexpr int smem_bytes = layout::smem_bytes;
 
   static_assert(G::wtm % 64 == 0, "a warpgroup's tokens are whole m64 blocks");
@@ -243,13 +250,13 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
   hm_w8ss_finish<C>(p, tile, a_row, at, acc);
 }
 
-// The output tile staged in the output type beside the ring (hm_wg_c_out's pitch), bias
-// and scales applied on the way in, then copied out as whole rows. Half the bytes of f32
+// The output tile staged in the output type beside the ring (hm_w8ss_c_pitch), bias and
+// scales applied on the way in, then copied out as whole rows. Half the bytes of f32
 // staging: bm 128 x bn 128 leaves room for five stages instead of four.
 template <class C>
 struct hm_w8ss_c_out {
-  static constexpr int pitch = hm_wg_c_out<C>::pitch;
-  static constexpr int bytes = hm_wg_c_out<C>::bytes;
+  static constexpr int pitch = hm_w8ss_c_pitch<C>;
+  static constexpr int bytes = C::bm * pitch;
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
                                                unsigned char *smem, const int *c_row, const float *row_scale,
                                                int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {

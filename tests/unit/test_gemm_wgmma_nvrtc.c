@@ -348,10 +348,11 @@ static void shared_memory_accounting(void **state) {
   assert_int_equal(hm_gemm_workspace_bytes(&c, 132), 2304 + (size_t)2 * 132 * 128 * 256 * 4);
   /* Warp-specialized W8A8, fp8 blocks, 1x128 activation scales, masked: 5 stages of A 16384 +
    * units 16384 + scales 512 (rounded to 33792), the tile staged in bf16 beside them with a
-   * pitch of 260 bytes, 14 barriers, two map sets, flag, prefix; and a producer warpgroup. */
+   * pitch of 272 bytes (rows 4 banks apart), 14 barriers, two map sets, flag, prefix; and a
+   * producer warpgroup. */
   const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_GROUPED_MASKED, &w8a8_ws_shapes[0]);
   assert_int_equal(hm_gemm_config_smem_bytes(&ws),
-                   1024 + 5 * 33792 + 128 * (128 * 2 + 4) + 14 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+                   1024 + 5 * 33792 + 128 * (128 * 2 + 16) + 14 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
   assert_int_equal(hm_gemm_config_threads(&ws), 384);
   /* Warp-specialized u4 g128 with zero points, bm 128, bn 256, bk 128: 3 stages of A 32768 +
    * units 16384 + scales 512 + zeros 256 (rounded to 50176), the tile staged in bf16 with a

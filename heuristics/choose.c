@@ -30,7 +30,7 @@ static const int64_t dense_rows[] = {1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2
  * buckets end at 8 and 32 rows as well: by the model alone (not yet measured), MoE launches
  * of 65-2048 tokens of DeepSeek-V3 and Qwen3 take 4 % less predicted time on the H200 (W4A8
  * 8.5 %, W4A16 2.8 %, W8A8 1.8 %), 5.6 % on the H20. Past 512 rows an expert (dense: 512 rows)
- * W8A8's warp-specialized tile takes 256 tokens (HM_GEMM_W8A8_TALL_ROWS).
+ * the warp-specialized tiles take 256 tokens (HM_GEMM_TALL_ROWS).
  */
 static const int64_t moe_rows_x64[] = {2, 8, 32, 64, 256, 512, 1024, 2048, 4096, 8192, 32768};
 #define BUCKETS ((int)HM_ARRAY_SIZE(dense_rows) + 1)

@@ -196,10 +196,24 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
    * longer bound by them: clusters of two sharing its token tile by TMA multicast, a third
    * fewer again, ran 0.96-1.00x (fifteenth session, reverted). Fewer rows an expert would
    * pad more of each tile. */
+  const bool tall = valid_m / effective_experts(cfg) > HM_GEMM_TALL_ROWS;
   if (hm_gemm_is_w8a8(&cfg->layer) && t->bm == 128) {
     ws.tuning.warps_m = 2;
     ws.tuning.warps_n = 4;
-    if (valid_m / effective_experts(cfg) > HM_GEMM_W8A8_TALL_ROWS) ws.tuning.bm = 256;
+    if (tall) ws.tuning.bm = 256;
+  }
+  /* Weight-only: 256 tokens against 128 columns, one warpgroup a 64-column half, its output
+   * tile staged in a ring slot (gemm_ws_wgmma.cuh). On the H100 (docs/PERF.md thirtieth
+   * session) W4A16 N = K = 8192 ran 1.07x, 1.02x, 1.03x and 1.03x faster on it than on
+   * bm128 bn256 at M = 1024, 2048, 4096 and 16384, and 0.96x at 512; DeepSeek-V3's grouped
+   * gate_up 1.02x and 1.01x at 1024 and 4096 rows an expert, its down 0.98x and 1.01x.
+   * 8-bit weights were not timed on it. */
+  const bool four_bit = !hm_gemm_is_w8a8(&cfg->layer) && hm_gemm_weight_bits(cfg->layer.weight) == 4;
+  if (four_bit && t->bm == 128 && t->bn == 256 && tall) {
+    ws.tuning.bm = 256;
+    ws.tuning.bn = 128;
+    ws.tuning.warps_m = 1;
+    ws.tuning.warps_n = 8;
   }
   take_if_legal(cfg, &ws, t->bk, true);
   return HM_OK;

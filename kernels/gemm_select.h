@@ -29,11 +29,11 @@ hm_status hm_gemm_select(const hm_gemm_config *base, int64_t valid_m, hm_gemm_co
  * Turns a plain two-warpgroup wgmma tile of 128+ tokens into the warp-specialized kernel
  * where that kernel's producer loads token tiles with TMA (hm_gemm_tma_a): W8A8 and
  * quantized weight-only layers, stages cut to fit beside its staged output tile. W8A8 runs
- * a warpgroup per 64 tokens, and 256 tokens a tile where valid_m, the M cfg is chosen
- * for, gives an expert more than HM_GEMM_W8A8_TALL_ROWS rows.
+ * a warpgroup per 64 tokens. Both take 256 tokens a tile where valid_m, the M cfg is chosen
+ * for, gives an expert more than HM_GEMM_TALL_ROWS rows (weight-only against 128 columns).
  * Leaves cfg as it is elsewhere, or where the warp-specialized config is not legal.
  */
-#define HM_GEMM_W8A8_TALL_ROWS 512
+#define HM_GEMM_TALL_ROWS 512
 hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m);
 /* Every kernel base needs, by M interval. */
 hm_status hm_gemm_plan_make(const hm_gemm_config *base, hm_gemm_plan *out);

@@ -182,6 +182,34 @@ static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
   }
 }
 
+/*
+ * Weight-only prefill past HM_GEMM_TALL_ROWS rows an expert: 256 tokens against 128 columns,
+ * which W4A16 N = K = 8192 ran 1.02-1.07x faster than bm128 bn256 from M = 1024 on and
+ * 0.96x at 512 (H100, docs/PERF.md thirtieth session). Indexed launches gather their
+ * token rows and stay off the warp-specialized kernel.
+ */
+static void weight_only_prefill_takes_256_tokens_past_512_rows(void **state) {
+  (void)state;
+  hm_device_profile p;
+  HM_ASSERT_OK(hm_device_profile_builtin("h100", &p));
+  const hm_layer_config dense = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_choose_plan(&dense, HM_GEMM_DENSE, &p, &plan));
+  const hm_gemm_tuning *mid = &plan.cfg[hm_gemm_plan_pick(&plan, 512)].tuning;
+  assert_true(mid->bm == 128 && mid->bn == 256 && mid->ws);
+  const int64_t tall_ms[] = {513, 1024, 4096, 16384};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(tall_ms); i++) {
+    const hm_gemm_tuning *t = &plan.cfg[hm_gemm_plan_pick(&plan, tall_ms[i])].tuning;
+    assert_true(t->bm == 256 && t->bn == 128 && t->warps_m == 1 && t->warps_n == 8 && t->ws);
+  }
+  const hm_layer_config experts = hm_test_layer_config("w4a16", 4096, 7168, 8, 0);
+  hm_gemm_plan grouped, indexed;
+  HM_ASSERT_OK(hm_choose_plan(&experts, HM_GEMM_GROUPED_CONTIGUOUS, &p, &grouped));
+  HM_ASSERT_OK(hm_choose_plan(&experts, HM_GEMM_INDEXED, &p, &indexed));
+  assert_int_equal(grouped.cfg[hm_gemm_plan_pick(&grouped, 8 * 4096)].tuning.bm, 256);
+  assert_false(indexed.cfg[hm_gemm_plan_pick(&indexed, 8 * 4096)].tuning.ws);
+}
+
 /* MoE block_m follows the rows an expert sees (valid M / E), not the valid M itself. */
 static void moe_block_m_follows_rows_per_expert(void **state) {
   (void)state;
@@ -589,6 +617,7 @@ int main(void) {
       cmocka_unit_test(every_preset_quant_profile_is_legal),
       cmocka_unit_test(decode_keeps_every_sm_streaming),
       cmocka_unit_test(dense_decode_takes_a_unit_a_sm_where_units_fill_them),
+      cmocka_unit_test(weight_only_prefill_takes_256_tokens_past_512_rows),
       cmocka_unit_test(moe_block_m_follows_rows_per_expert),
       cmocka_unit_test(h20_and_h200_part_where_the_model_says),
       cmocka_unit_test(bad_ranges_are_refused),

@@ -89,6 +89,13 @@ hm_engine *hm_test_cuda_engine_or_skip(void) {
     fprintf(stderr, "FAIL: CUDA engine: %s\n", hm_last_error());
     exit(1);
   }
+  /* A GPU binary compiles dozens of kernels into a cold cache, minutes on a lent machine
+   * whose time is counted: HM_TEST_FILTER runs only the cases its pattern matches. */
+  const char *only = getenv("HM_TEST_FILTER");
+  if (only != NULL && *only != '\0') {
+    printf("# HM_TEST_FILTER: only the cases matching %s\n", only);
+    cmocka_set_test_filter(only);
+  }
   return e;
 }
 

@@ -57,7 +57,8 @@ hm_layer_config hm_test_layer_config(const char *quant, int64_t n, int64_t k, in
 hm_engine *hm_test_host_engine(void);
 /*
  * An engine on the CUDA backend, or NULL after printing "SKIP: <reason>" when there is
- * no usable device; main() then returns HM_TEST_SKIP.
+ * no usable device; main() then returns HM_TEST_SKIP. HM_TEST_FILTER (a cmocka pattern,
+ * "ring_staged*") limits the binary's run to the cases it matches.
  */
 hm_engine *hm_test_cuda_engine_or_skip(void);
 

@@ -17,7 +17,8 @@
 # opcodes in every kernel a commit compiled ($OUT/sass.txt); AFTER_PHASES="fp8shapes kernels"
 # runs those phases of device-session.sh on the tree of AFTER_ON (one of COMMITS, the last by
 # default) with what is left of CALL_LIMIT seconds (580) from the start, its logs under
-# $OUT/session.
+# $OUT/session. With GPU_TESTS, the tests' kernel cache comes back as $OUT/test-cache.tgz:
+# copied to .snap/test-cache.tgz here, the next call's tests start from it.
 set -uo pipefail
 
 pack() {
@@ -64,6 +65,17 @@ sass_counts() { # sha
   done
 }
 
+# The GPU tests' kernel cache, for the next call to start them warm: a test binary compiles
+# dozens of kernels into a cold one (test_gemm_wgmma: over 400 s on an H100). Only what fits
+# the 16 MiB a returned file may hold comes back.
+save_test_cache() { # sha
+  tar -czf "$OUT/test-cache.tgz" -C "/tmp/$1/build-gpu" test-cache 2>/dev/null || return 0
+  if [ "$(stat -c %s "$OUT/test-cache.tgz")" -gt $((16 << 20)) ]; then
+    rm -f "$OUT/test-cache.tgz"
+    echo "the test cache is over 16 MiB packed: not returned" >>"$OUT/tests.txt"
+  fi
+}
+
 run() {
   : "${OUT:?OUT must name the folder results go to}"
   # shellcheck disable=SC1091
@@ -81,9 +93,11 @@ run() {
   done
   local last=${commits[${#commits[@]} - 1]}
   if [ -n "${GPU_TESTS:-}" ]; then
+    [ -f .snap/test-cache.tgz ] && tar -xzf .snap/test-cache.tgz -C "/tmp/$last/build-gpu"
     (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" ctest --test-dir build-gpu -L gpu -R "$GPU_TESTS" \
       --timeout "${TEST_TIMEOUT:-200}" --output-on-failure) 2>&1 |
       grep -E "Test +#|tests passed|FAIL|rror|Assert|rel_err" | head -40 | tee "$OUT/tests.txt"
+    save_test_cache "$last"
   fi
   IFS=';' read -r -a lines <<<"${BENCH:-}"
   for line in "${lines[@]}"; do

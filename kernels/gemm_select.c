@@ -207,15 +207,20 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
    * session) W4A16 N = K = 8192 ran 1.07x, 1.02x, 1.03x and 1.03x faster on it than on
    * bm128 bn256 at M = 1024, 2048, 4096 and 16384, and 0.96x at 512; DeepSeek-V3's grouped
    * gate_up 1.02x and 1.01x at 1024 and 4096 rows an expert, its down 0.98x and 1.01x.
-   * 8-bit weights were not timed on it. */
+   * 8-bit weights were not timed on it. Where its three stages do not fit (the row maps and
+   * counts of 257 experts), the 128-token tile stays. */
   const bool four_bit = !hm_gemm_is_w8a8(&cfg->layer) && hm_gemm_weight_bits(cfg->layer.weight) == 4;
+  const int bk = t->bk;
   if (four_bit && t->bm == 128 && t->bn == 256 && tall) {
-    ws.tuning.bm = 256;
-    ws.tuning.bn = 128;
-    ws.tuning.warps_m = 1;
-    ws.tuning.warps_n = 8;
+    hm_gemm_config tall_ws = ws;
+    tall_ws.tuning.bm = 256;
+    tall_ws.tuning.bn = 128;
+    tall_ws.tuning.warps_m = 1;
+    tall_ws.tuning.warps_n = 8;
+    take_if_legal(cfg, &tall_ws, bk, true);
+    if (cfg->tuning.ws) return HM_OK;
   }
-  take_if_legal(cfg, &ws, t->bk, true);
+  take_if_legal(cfg, &ws, bk, true);
   return HM_OK;
 }
 

@@ -208,6 +208,12 @@ static void weight_only_prefill_takes_256_tokens_past_512_rows(void **state) {
   HM_ASSERT_OK(hm_choose_plan(&experts, HM_GEMM_INDEXED, &p, &indexed));
   assert_int_equal(grouped.cfg[hm_gemm_plan_pick(&grouped, 8 * 4096)].tuning.bm, 256);
   assert_false(indexed.cfg[hm_gemm_plan_pick(&indexed, 8 * 4096)].tuning.ws);
+  /* 257 experts' counts and row maps leave no room for its three stages: the 128-token
+   * warp-specialized tile stays. */
+  const hm_layer_config many = hm_test_layer_config("w4a16", 4096, 7168, 257, 8);
+  HM_ASSERT_OK(hm_choose_plan(&many, HM_GEMM_GROUPED_CONTIGUOUS, &p, &grouped));
+  const hm_gemm_tuning *prefill = &grouped.cfg[hm_gemm_plan_pick(&grouped, 257 * 4096)].tuning;
+  assert_true(prefill->bm == 128 && prefill->ws);
 }
 
 /* MoE block_m follows the rows an expert sees (valid M / E), not the valid M itself. */

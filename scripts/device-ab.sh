@@ -18,7 +18,9 @@
 # runs those phases of device-session.sh on the tree of AFTER_ON (one of COMMITS, the last by
 # default) with what is left of CALL_LIMIT seconds (580) from the start, its logs under
 # $OUT/session. With GPU_TESTS, the tests' kernel cache comes back as $OUT/test-cache.tgz:
-# copied to .snap/test-cache.tgz here, the next call's tests start from it.
+# copied to .snap/test-cache.tgz here, the next call's tests start from it. TESTS_JOBS=N runs
+# N test binaries at once, each compiling on its own cores: for the checks only, never
+# beside a timing test (test_gemm_perf, test_unpack_rate).
 set -uo pipefail
 
 pack() {
@@ -95,7 +97,7 @@ run() {
   if [ -n "${GPU_TESTS:-}" ]; then
     [ -f .snap/test-cache.tgz ] && tar -xzf .snap/test-cache.tgz -C "/tmp/$last/build-gpu"
     (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" ctest --test-dir build-gpu -L gpu -R "$GPU_TESTS" \
-      --timeout "${TEST_TIMEOUT:-200}" --output-on-failure) 2>&1 |
+      -j "${TESTS_JOBS:-1}" --timeout "${TEST_TIMEOUT:-200}" --output-on-failure) 2>&1 |
       grep -E "Test +#|tests passed|FAIL|rror|Assert|rel_err" | head -40 | tee "$OUT/tests.txt"
     save_test_cache "$last"
   fi

@@ -12,6 +12,7 @@
 #include "heuristics/choose.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
+#include "kernels/gemm_launch.h"
 
 #define MAX_THREADS_PER_SM 2048
 #define REGS_PER_SM 65536
@@ -21,6 +22,11 @@
  * the asynchronous MMAs: ptxas 13.0 (sm_90a) gave bm64 w1x8x1 207-210 registers for its 64
  * accumulators, and 188 bytes of spills when the cost model picked it two CTAs an SM. */
 #define WGMMA_BASE_REGS_PER_THREAD 120
+/* And what 8-bit weight codes add there: twice a 4-bit unit's code registers in the ring.
+ * ptxas 13.0 spilled bm128 bn256 w1x8x1 (128 accumulators) 64-88 bytes a thread on
+ * gathered and grouped u8 launches, 32-48 on u4z ones (thirtieth session). */
+#define WGMMA_8BIT_CODE_REGS 16
+#define MAX_REGS_PER_THREAD 255
 /* What a warp-specialized kernel's producer threads keep (gemm_ws_pipe.cuh). */
 #define WS_PRODUCER_REGS 56
 /* A W8A8 warp-specialized consumer beside its sums: descriptors, row scales and addresses,
@@ -95,6 +101,17 @@ static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   return layer_fit_ok(base, t);
 }
 
+/* Whether a weight-only wgmma tiling runs on the plain kernel: hm_gemm_prefer_ws moves
+ * 128-token tiles of quantized weights to the warp-specialized one where their token tiles
+ * load with TMA, which splits the registers its own way. */
+static bool runs_plain_wgmma(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->mma != HM_MMA_WGMMA || t->ws || hm_gemm_is_w8a8(&cfg->layer)) return false;
+  hm_gemm_config ws = *cfg;
+  ws.tuning.ws = true;
+  return t->bm < 128 || hm_gemm_weight_bits(cfg->layer.weight) == 16 || !hm_gemm_tma_a(&ws);
+}
+
 static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
   const hm_gemm_tuning *t = &cfg->tuning;
   const size_t smem = hm_gemm_config_smem_bytes(cfg);
@@ -112,6 +129,9 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
    * spill even alone on an SM (ptxas 13.0: bm64 w2x4x1 144-224 bytes); two an SM spilled
    * 352-944 bytes (bm32 w1x4x1, bm64 bk64) when the cost model began to pick them. */
   if (t->mma == HM_MMA_SYNC && hm_gemm_is_w8a8(&cfg->layer) && t->bm != 8 && t->ctas_per_sm > 1) return false;
+  const int code_regs = hm_gemm_weight_bits(cfg->layer.weight) == 8 ? WGMMA_8BIT_CODE_REGS : 0;
+  if (runs_plain_wgmma(cfg) && WGMMA_BASE_REGS_PER_THREAD + acc_regs + code_regs > MAX_REGS_PER_THREAD)
+    return false;
   int base = t->mma == HM_MMA_WGMMA && !t->ws ? WGMMA_BASE_REGS_PER_THREAD : BASE_REGS_PER_THREAD;
   if (t->ws && hm_gemm_is_w8a8(&cfg->layer)) base = WS_W8A8_BASE_REGS;
   const int regs = (base + acc_regs) * (threads - producers) + WS_PRODUCER_REGS * producers;

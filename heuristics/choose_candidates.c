@@ -12,7 +12,7 @@
 #include "heuristics/choose.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
-#include "kernels/gemm_launch.h"
+#include "kernels/gemm_select.h"
 
 #define MAX_THREADS_PER_SM 2048
 #define REGS_PER_SM 65536
@@ -101,15 +101,14 @@ static bool shape_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   return layer_fit_ok(base, t);
 }
 
-/* Whether a weight-only wgmma tiling runs on the plain kernel: hm_gemm_prefer_ws moves
- * 128-token tiles of quantized weights to the warp-specialized one where their token tiles
- * load with TMA, which splits the registers its own way. */
+/* Whether a weight-only wgmma tiling runs on the plain kernel, as hm_gemm_prefer_ws leaves
+ * it: the warp-specialized one it may move to splits the registers its own way. Whether it
+ * moves does not depend on M (past HM_GEMM_TALL_ROWS only its tile does). */
 static bool runs_plain_wgmma(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
   if (t->mma != HM_MMA_WGMMA || t->ws || hm_gemm_is_w8a8(&cfg->layer)) return false;
-  hm_gemm_config ws = *cfg;
-  ws.tuning.ws = true;
-  return t->bm < 128 || hm_gemm_weight_bits(cfg->layer.weight) == 16 || !hm_gemm_tma_a(&ws);
+  hm_gemm_config as_run = *cfg;
+  return hm_gemm_prefer_ws(&as_run, 0) == HM_OK && !as_run.tuning.ws;
 }
 
 static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
@@ -130,7 +129,7 @@ static bool device_ok(const hm_gemm_config *cfg, const hm_device_profile *p) {
    * 352-944 bytes (bm32 w1x4x1, bm64 bk64) when the cost model began to pick them. */
   if (t->mma == HM_MMA_SYNC && hm_gemm_is_w8a8(&cfg->layer) && t->bm != 8 && t->ctas_per_sm > 1) return false;
   const int code_regs = hm_gemm_weight_bits(cfg->layer.weight) == 8 ? WGMMA_8BIT_CODE_REGS : 0;
-  if (runs_plain_wgmma(cfg) && WGMMA_BASE_REGS_PER_THREAD + acc_regs + code_regs > MAX_REGS_PER_THREAD)
+  if (WGMMA_BASE_REGS_PER_THREAD + acc_regs + code_regs > MAX_REGS_PER_THREAD && runs_plain_wgmma(cfg))
     return false;
   int base = t->mma == HM_MMA_WGMMA && !t->ws ? WGMMA_BASE_REGS_PER_THREAD : BASE_REGS_PER_THREAD;
   if (t->ws && hm_gemm_is_w8a8(&cfg->layer)) base = WS_W8A8_BASE_REGS;

@@ -210,17 +210,16 @@ hm_status hm_gemm_prefer_ws(hm_gemm_config *cfg, int64_t valid_m) {
    * 8-bit weights were not timed on it. Where its three stages do not fit (the row maps and
    * counts of 257 experts), the 128-token tile stays. */
   const bool four_bit = !hm_gemm_is_w8a8(&cfg->layer) && hm_gemm_weight_bits(cfg->layer.weight) == 4;
-  const int bk = t->bk;
   if (four_bit && t->bm == 128 && t->bn == 256 && tall) {
     hm_gemm_config tall_ws = ws;
     tall_ws.tuning.bm = 256;
     tall_ws.tuning.bn = 128;
     tall_ws.tuning.warps_m = 1;
     tall_ws.tuning.warps_n = 8;
-    take_if_legal(cfg, &tall_ws, bk, true);
+    take_if_legal(cfg, &tall_ws, t->bk, true);
     if (cfg->tuning.ws) return HM_OK;
   }
-  take_if_legal(cfg, &ws, bk, true);
+  take_if_legal(cfg, &ws, t->bk, true);
   return HM_OK;
 }
 

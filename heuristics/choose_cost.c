@@ -219,6 +219,35 @@ static double iteration_us(const hm_gemm_config *cfg, const hm_roofline *r, cons
 }
 
 /*
+ * The m-tiles of a MoE launch of `rows` routed rows, summed over its experts: each expert's
+ * rows X (binomial, rows draws of 1 in experts, as hm_expected_active_experts counts them)
+ * pad to whole tiles, E[ceil(X / bm)] an expert. Taking the ceiling of the mean instead put
+ * a cliff at whole tiles: DeepSeek-V3's 2048 rows (8.0 an active expert) cost bm 8 two
+ * tiles an expert and 1.65-1.75x its measured time (H200, docs/PERF.md nineteenth session),
+ * where Poisson rows pad to 1.41. Summed from the pmf's mode outwards (Poisson, the
+ * binomial's limit at these experts' counts) while terms matter; past a spread of several
+ * tiles the remainder is about uniform, half a tile an expert.
+ */
+static double expected_m_tiles(int64_t experts, int64_t rows, int bm) {
+  const double lambda = (double)rows / (double)experts;
+  if (lambda <= 0) return 0;
+  if (sqrt(lambda) > 4.0 * bm) return (double)experts * (lambda / bm + (bm - 1.0) / (2.0 * bm));
+  const int64_t mode = (int64_t)floor(lambda);
+  const double at_mode = exp(mode * log(lambda) - lambda - lgamma((double)mode + 1.0));
+  double sum = at_mode * (double)((mode + bm - 1) / bm), pmf = at_mode;
+  for (int64_t k = mode + 1; pmf > 1e-12 * at_mode; k++) {
+    pmf *= lambda / (double)k;
+    sum += pmf * (double)((k + bm - 1) / bm);
+  }
+  pmf = at_mode;
+  for (int64_t k = mode; k > 0 && pmf > 1e-12 * at_mode; k--) {
+    pmf *= (double)k / lambda;
+    sum += pmf * (double)((k - 1 + bm - 1) / bm);
+  }
+  return (double)experts * sum;
+}
+
+/*
  * The bytes tiles read again, in DRAM bytes' time: an expert's weights once for each of its
  * m-tiles, the activations once for each n-tile. The kernels walk tiles n fastest
  * (kernels/gemm_sched.cuh hm_tile_at), so the busy CTAs hold busy / n_tiles rows of tiles
@@ -253,7 +282,9 @@ hm_status hm_choose_cost_of(const hm_layer_config *lc, const hm_gemm_config *cfg
   HM_CHECK(hm_roofline_estimate(lc, valid_m, 1, p, &r));
   const hm_gemm_tuning *t = &cfg->tuning;
   const double experts = effective_experts(cfg->compute.type, &r);
-  const double m_tiles_per_expert = ceil((double)valid_m / experts / t->bm);
+  const double m_tiles_per_expert = cfg->compute.type == HM_GEMM_DENSE
+                                        ? ceil((double)valid_m / t->bm)
+                                        : expected_m_tiles(lc->experts, valid_m, t->bm) / experts;
   const double n_tiles = (double)hm_gemm_n_tiles(cfg), k_iters = (double)hm_gemm_k_iters(cfg);
   const double tiles = experts * m_tiles_per_expert * n_tiles;
   const sk_split split = split_of(cfg, tiles, k_iters, p->sm_count);

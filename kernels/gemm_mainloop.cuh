@@ -128,6 +128,7 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
   const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
   const int count = ke - kb;
   for (int i = 0; i < count; ++i) {
+    tr.awaiting();
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();
     tr.arrived(i);

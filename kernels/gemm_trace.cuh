@@ -19,6 +19,7 @@ __device__ unsigned long long hm_trace[HM_TRACE_CTAS * HM_TRACE_SLOTS];
 struct hm_trace_clock {
   unsigned t0;    // clock at entry
   unsigned mark;  // start of the phase being summed
+  unsigned stall_mark;
   unsigned row[HM_TRACE_SLOTS];
   unsigned long long gt_entry;
 
@@ -52,9 +53,17 @@ struct hm_trace_clock {
   __device__ __forceinline__ void count(int slot, int n) {
     row[slot] += (unsigned)n;
   }
-  // Mainloop iteration i has its stage: the first one ends the segment's fill.
+  // Before mainloop iteration i waits for its stage.
+  __device__ __forceinline__ void awaiting() {
+    stall_mark = clock();
+  }
+  // Mainloop iteration i has its stage: the first one ends the segment's fill; a later
+  // one's wait tells a loop that waits for memory from one that keeps up with it.
   __device__ __forceinline__ void arrived(int i) {
-    if (i != 0) return;
+    if (i != 0) {
+      row[HM_TRACE_STALL] += clock() - stall_mark;
+      return;
+    }
     add(HM_TRACE_FILL);
     once(HM_TRACE_FIRST_STAGE);
     begin();
@@ -81,6 +90,7 @@ struct hm_trace_clock {
   __device__ __forceinline__ void begin() {}
   __device__ __forceinline__ void add(int) {}
   __device__ __forceinline__ void count(int, int) {}
+  __device__ __forceinline__ void awaiting() {}
   __device__ __forceinline__ void arrived(int) {}
   __device__ __forceinline__ void looped() {}
   __device__ __forceinline__ void finish() {}

@@ -604,6 +604,7 @@ __device__ void hm_w8_mainloop(const hm_gemm_params &p, const hm_tile &tile, int
         for (int c = 0; c < 4; ++c) part[u][m][j][c] = 0;
   const int count = ke - kb;
   for (int i = 0; i < count; ++i) {
+    tr.awaiting();
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();
     tr.arrived(i);

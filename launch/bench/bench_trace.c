@@ -146,6 +146,7 @@ static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n
       {"iters", HM_TRACE_ITERS, COUNT},
       {"fill", HM_TRACE_FILL, SUM},
       {"loop", HM_TRACE_LOOP, SUM},
+      {"stalled", HM_TRACE_STALL, SUM},
       {"tail", HM_TRACE_TAIL, SUM},
   };
   int most, shared;

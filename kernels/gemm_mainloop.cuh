@@ -132,11 +132,15 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
     hm_cp_async_wait<C::stages - 2>();
     __syncthreads();
     tr.arrived(i);
-    const int next = i + C::stages - 1;
-    if (next < count)
-      hm_load_plan_stage<C>(plan, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
-    hm_cp_async_commit();
+    const auto refill = [&] {
+      const int next = i + C::stages - 1;
+      if (next < count)
+        hm_load_plan_stage<C>(plan, p, tile, kb + next, smem + (next % C::stages) * T::stage_bytes, a_row);
+    };
+    if constexpr (!T::copies_after_compute) refill();
     hm_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, la, acc);
+    if constexpr (T::copies_after_compute) refill();
+    hm_cp_async_commit();
   }
   tr.looped();
   if constexpr (T::swap_ab) {

@@ -3,6 +3,10 @@
 # Commits against each other on a lent GPU machine, in one call: the way every kernel change
 # of docs/PERF.md since the seventh session was measured. Two steps:
 #   here:   scripts/device-ab.sh pack BASE HEAD       (git archive of each into .snap/)
+#           or pack-bin BASE HEAD, which also builds each commit's humming-moe-bench here
+#           (.snap/bench-SHA; it embeds its kernels' sources, and a binary built on this
+#           Debian machine runs there): `run` then builds no tree but the one GPU_TESTS
+#           needs, which saved most of a fresh machine's first minutes (thirty-first session)
 #   there:  the device call, carrying .devdeps (../shared/device/get-cmocka.sh, then
 #           `(cd .devdeps && apt-get download libjansson4 libjansson-dev)`) and .snap, runs
 #           COMMITS="BASE HEAD" BENCH="..." scripts/device-ab.sh run
@@ -34,16 +38,37 @@ pack() {
   done
 }
 
+# The archive of each commit, and its benchmark built here in a scratch worktree.
+pack_bin() {
+  pack "$@" || exit 1
+  local c sha dir
+  for c in "$@"; do
+    sha=$(git rev-parse --short "$c")
+    dir=$(mktemp -d)
+    tar -xf ".snap/$sha.tar" -C "$dir" &&
+      cmake -S "$dir" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+      cmake --build "$dir/build" -j"$(nproc)" --target humming-moe-bench >/dev/null &&
+      cp "$dir/build/humming-moe-bench" ".snap/bench-$sha" && echo ".snap/bench-$sha"
+    local rc=$?
+    rm -rf "$dir"
+    [ $rc -eq 0 ] || exit 1
+  done
+}
+
 kill_tree() { # pid: it and every process under it (a build's cmake and make outlive a killed subshell)
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
   kill "$1" 2>/dev/null
 }
 
-build() { # sha
+build() { # sha full: full=1 builds the tree even where its benchmark was carried (pack-bin)
   # REUSE=1: a warm machine keeps /tmp between calls, so a tree built by the call before stays.
   [ -n "${REUSE:-}" ] && [ -x "/tmp/$1/build-gpu/humming-moe-bench" ] && return 0
   rm -rf "/tmp/$1" && mkdir -p "/tmp/$1" && tar -xf ".snap/$1.tar" -C "/tmp/$1" || return 1
+  if [ "$2" = 0 ] && [ -x ".snap/bench-$1" ]; then
+    mkdir -p "/tmp/$1/build-gpu" && cp ".snap/bench-$1" "/tmp/$1/build-gpu/humming-moe-bench"
+    return
+  fi
   (cd "/tmp/$1" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3="$(command -v python3)" \
     >/dev/null && cmake --build build-gpu -j"$(nproc)" >/dev/null)
 }
@@ -106,8 +131,15 @@ run() {
   source .devdeps/env.sh
   read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"
   # The trees build at once, so that a call waits for the slowest build, not for their sum.
+  # The CUDA toolkit's libraries (NVRTC) for a carried benchmark, whose run path is this
+  # machine's /usr/local/cuda/lib.
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local last=${commits[${#commits[@]} - 1]}
   local pids=() i p
-  for c in "${commits[@]}"; do build "$c" & pids+=($!); done
+  for c in "${commits[@]}"; do
+    build "$c" "$([[ -n ${GPU_TESTS:-} && $c == "$last" ]] && echo 1 || echo 0)" &
+    pids+=($!)
+  done
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || {
       echo "build of ${commits[$i]} failed"
@@ -115,7 +147,6 @@ run() {
       exit 1
     }
   done
-  local last=${commits[${#commits[@]} - 1]}
   if [ -n "${GPU_TESTS:-}" ]; then
     [ -f .snap/test-cache.tgz ] && tar -xzf .snap/test-cache.tgz -C "/tmp/$last/build-gpu"
     if [ -n "${CASES_JOBS:-}" ]; then
@@ -147,6 +178,7 @@ run() {
 
 case "${1:-}" in
 pack) shift && pack "$@" ;;
+pack-bin) shift && pack_bin "$@" ;;
 run) run ;;
-*) echo "usage: $0 pack COMMIT... | run   (see the comment at the top)" >&2 && exit 2 ;;
+*) echo "usage: $0 pack COMMIT... | pack-bin COMMIT... | run   (see the comment at the top)" >&2 && exit 2 ;;
 esac

@@ -123,6 +123,7 @@ __device__ __forceinline__ void hm_gemm_end_segment(const hm_gemm_params &p, con
                                                     hm_acc_t<C> &acc, hm_trace_clock &tr) {
   tr.begin();
   hm_reduce_warps_k<C>(smem + M::red_off, wmn, wk, lane, acc);
+  tr.once(HM_TRACE_REDUCED);
   if (kb == 0 && ke == hm_gemm_traits<C>::k_iters) {
     if (wk == 0)
       hm_store_tile<C>(p, tile, maps.c_row, maps.row_scale, wmn / C::warps_n, wmn % C::warps_n, lane, acc);

@@ -23,8 +23,9 @@
 #define HM_TRACE_TAIL 13          /* sum: k-warp reduction, store or Stream-K fix-up */
 #define HM_TRACE_SM 14            /* the SM the CTA ran on (%smid) */
 #define HM_TRACE_SUMMED 15        /* split tiles this CTA summed and stored as the last contributor */
-#define HM_TRACE_STALL 16          /* sum: thread 0 waiting for a stage after the first (copies and barrier) */
-#define HM_TRACE_SLOTS 17
+#define HM_TRACE_STALL 16         /* sum: thread 0 waiting for a stage after the first (copies and barrier) */
+#define HM_TRACE_REDUCED 17       /* the first segment's sums reduced across warps_k, before its store */
+#define HM_TRACE_SLOTS 18
 #define HM_TRACE_CTAS 1024
 
 #endif

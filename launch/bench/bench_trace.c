@@ -140,6 +140,7 @@ static void summarize(hm_bench *b, const char *kernel, hm_trace_row *rows, int n
       {"maps", HM_TRACE_MAPS, EVENT},
       {"first_stage", HM_TRACE_FIRST_STAGE, EVENT},
       {"first_loop_end", HM_TRACE_FIRST_LOOP_END, EVENT},
+      {"reduced", HM_TRACE_REDUCED, EVENT},
       {"first_end", HM_TRACE_FIRST_END, EVENT},
       {"exit", HM_TRACE_EXIT, EVENT},
       {"segments", HM_TRACE_SEGMENTS, COUNT},

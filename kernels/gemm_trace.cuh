@@ -19,7 +19,7 @@ __device__ unsigned long long hm_trace[HM_TRACE_CTAS * HM_TRACE_SLOTS];
 struct hm_trace_clock {
   unsigned t0;    // clock at entry
   unsigned mark;  // start of the phase being summed
-  unsigned stall_mark;
+  unsigned stall_mark;  // before the current mainloop iteration's wait for its stage
   unsigned row[HM_TRACE_SLOTS];
   unsigned long long gt_entry;
 

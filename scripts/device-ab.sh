@@ -130,11 +130,11 @@ run() {
   # shellcheck disable=SC1091
   source .devdeps/env.sh
   read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"
-  # The trees build at once, so that a call waits for the slowest build, not for their sum.
   # The CUDA toolkit's libraries (NVRTC) for a carried benchmark, whose run path is this
   # machine's /usr/local/cuda/lib.
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   local last=${commits[${#commits[@]} - 1]}
+  # The trees build at once, so that a call waits for the slowest build, not for their sum.
   local pids=() i p
   for c in "${commits[@]}"; do
     build "$c" "$([[ -n ${GPU_TESTS:-} && $c == "$last" ]] && echo 1 || echo 0)" &

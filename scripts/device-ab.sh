@@ -62,8 +62,10 @@ kill_tree() { # pid: it and every process under it (a build's cmake and make out
 }
 
 build() { # sha full: full=1 builds the tree even where its benchmark was carried (pack-bin)
-  # REUSE=1: a warm machine keeps /tmp between calls, so a tree built by the call before stays.
-  [ -n "${REUSE:-}" ] && [ -x "/tmp/$1/build-gpu/humming-moe-bench" ] && return 0
+  # REUSE=1: a warm machine keeps /tmp between calls, so a tree built by the call before stays
+  # (a carried benchmark alone does not make a tree the tests can run in).
+  [ -n "${REUSE:-}" ] && [ -x "/tmp/$1/build-gpu/humming-moe-bench" ] &&
+    { [ "$2" = 0 ] || [ -f "/tmp/$1/build-gpu/CMakeCache.txt" ]; } && return 0
   rm -rf "/tmp/$1" && mkdir -p "/tmp/$1" && tar -xf ".snap/$1.tar" -C "/tmp/$1" || return 1
   if [ "$2" = 0 ] && [ -x ".snap/bench-$1" ]; then
     mkdir -p "/tmp/$1/build-gpu" && cp ".snap/bench-$1" "/tmp/$1/build-gpu/humming-moe-bench"
@@ -127,6 +129,7 @@ run_cases() {
 
 run() {
   : "${OUT:?OUT must name the folder results go to}"
+  mkdir -p "$OUT"
   # shellcheck disable=SC1091
   source .devdeps/env.sh
   read -r -a commits <<<"${COMMITS:?COMMITS must name the packed commits}"

@@ -22,33 +22,57 @@ static const int64_t m_list[] = {1, 7, 64, 333};
 
 static int layer_block_m(void *layer, int64_t valid_m) { return hm_layer_block_m(layer, valid_m); }
 
-static void moe_layouts_match_reference(void **state) {
-  (void)state;
+/* Every layout at every M for one format. A case a format, so that a device run can give
+ * each its own process and cores (scripts/device-ab.sh CASES_JOBS): the kernels of the four
+ * formats compiled in one process ran past 281 s on an H100 (thirty-second session). */
+static void layouts_match_reference(const gt_case *c, const char *seed) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("moe_layouts_match_reference"));
+  hm_rng_seed(&rng, hm_test_seed(seed));
+  gt_layer_data d;
+  gt_layer_data_make(&rng, c, &d);
+  hm_layer *l = gt_layer_make(engine, c, &d);
+  const gt_moe_runner r = {engine, gt_forward, l, layer_block_m};
   int failed = 0;
-  for (size_t i = 0; i < HM_ARRAY_SIZE(cases); i++) {
-    const gt_case *c = &cases[i];
-    gt_layer_data d;
-    gt_layer_data_make(&rng, c, &d);
-    hm_layer *l = gt_layer_make(engine, c, &d);
-    const gt_moe_runner r = {engine, gt_forward, l, layer_block_m};
-    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
-      failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], false);
-      failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], true);
-      failed += !gt_moe_contiguous(&r, &rng, c, &d, m_list[j]);
-      failed += !gt_moe_masked(&r, &rng, c, &d, m_list[j]);
-    }
-    hm_layer_destroy(l);
-    gt_layer_data_free(&d);
+  for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
+    failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], false);
+    failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], true);
+    failed += !gt_moe_contiguous(&r, &rng, c, &d, m_list[j]);
+    failed += !gt_moe_masked(&r, &rng, c, &d, m_list[j]);
   }
-  if (failed) fail_msg("%d MoE cases out of bound", failed);
+  hm_layer_destroy(l);
+  gt_layer_data_free(&d);
+  if (failed) fail_msg("%s: %d MoE cases out of bound", c->name, failed);
+}
+
+static void w4a16_layouts_match_reference(void **state) {
+  (void)state;
+  layouts_match_reference(&cases[0], __func__);
+}
+
+static void i4_bias_layouts_match_reference(void **state) {
+  (void)state;
+  layouts_match_reference(&cases[1], __func__);
+}
+
+static void u8_channel_layouts_match_reference(void **state) {
+  (void)state;
+  layouts_match_reference(&cases[2], __func__);
+}
+
+static void bf16_layouts_match_reference(void **state) {
+  (void)state;
+  layouts_match_reference(&cases[3], __func__);
 }
 
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
-  const struct CMUnitTest tests[] = {cmocka_unit_test(moe_layouts_match_reference)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(w4a16_layouts_match_reference),
+      cmocka_unit_test(i4_bias_layouts_match_reference),
+      cmocka_unit_test(u8_channel_layouts_match_reference),
+      cmocka_unit_test(bf16_layouts_match_reference),
+  };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);
   hm_shutdown();

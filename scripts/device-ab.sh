@@ -107,24 +107,25 @@ save_test_cache() { # sha
 }
 
 # Every case of each GPU test binary GPU_TESTS matches as a process of its own
-# (HM_TEST_FILTER), CASES_JOBS at a time, in the tree's root: a binary's kernels then compile
-# on as many cores instead of one, sharing the tests' kernel cache through its file locks
-# (test_gemm_w8a8 did not finish in a call's 519 s on one core). For the checks only, as
-# TESTS_JOBS. A line a case, PASS, SKIP, FAIL or TIMEOUT, written at once (the cases end
-# in any order), a failure's lines after it.
+# (HM_TEST_FILTER), CASES_JOBS at a time over all the binaries, in the tree's root: a
+# binary's kernels then compile on as many cores instead of one, sharing the tests' kernel
+# cache through its file locks (test_gemm_w8a8 did not finish in a call's 519 s on one
+# core; the binaries after test_gemm_moe's one long case waited behind it, thirty-second
+# session). For the checks only, as TESTS_JOBS. A line a case, PASS, SKIP, FAIL or TIMEOUT,
+# written at once (the cases end in any order), a failure's lines after it.
 run_cases() {
   local bin
+  # shellcheck disable=SC2016
   for bin in $(ctest --test-dir build-gpu -N -L gpu -R "$GPU_TESTS" | sed -nE 's/^ +Test +#[0-9]+: +//p'); do
-    # shellcheck disable=SC2016
-    grep -oE "cmocka_unit_test\([a-z0-9_]+\)" "tests/gpu/$bin.c" | sed -E 's/.*\((.*)\)/\1/' |
-      xargs -P "$CASES_JOBS" -I{} bash -c '
+    grep -oE "cmocka_unit_test\([a-z0-9_]+\)" "tests/gpu/$bin.c" | sed -E "s/.*\((.*)\)/$bin \1/"
+  done |
+    xargs -P "$CASES_JOBS" -L 1 bash -c '
         log=$(HUMMING_CACHE_DIR=build-gpu/test-cache HM_TEST_FILTER=$1 timeout "${TEST_TIMEOUT:-200}" \
           "build-gpu/tests/$0" 2>&1)
         case $? in 0) r=PASS ;; 77) r=SKIP ;; 124) r=TIMEOUT ;; *) r=FAIL ;; esac
         detail=$(case $r in FAIL | TIMEOUT) grep -E "FAIL|rror|Assert|rel_err" <<<"$log" | head -8 ;; esac)
         if [ -n "$detail" ]; then printf "%s %s %s in %d s\n%s\n" "$r" "$0" "$1" "$SECONDS" "$detail"
-        else printf "%s %s %s in %d s\n" "$r" "$0" "$1" "$SECONDS"; fi' "$bin" {}
-  done
+        else printf "%s %s %s in %d s\n" "$r" "$0" "$1" "$SECONDS"; fi'
 }
 
 run() {

@@ -111,14 +111,19 @@ save_test_cache() { # sha
 # binary's kernels then compile on as many cores instead of one, sharing the tests' kernel
 # cache through its file locks (test_gemm_w8a8 did not finish in a call's 519 s on one
 # core; the binaries after test_gemm_moe's one long case waited behind it, thirty-second
-# session). For the checks only, as TESTS_JOBS. A line a case, PASS, SKIP, FAIL or TIMEOUT,
-# written at once (the cases end in any order), a failure's lines after it.
-run_cases() {
+# session). For the checks only, as TESTS_JOBS. A line a case, PASS, SKIP, FAIL or TIMEOUT
+# (UNFINISHED where TESTS_LIMIT cut it off), written at once (the cases end in any order), a
+# failure's lines after it.
+gpu_cases() { # "binary case" lines of the GPU tests GPU_TESTS matches, from the tree's root
   local bin
-  # shellcheck disable=SC2016
   for bin in $(ctest --test-dir build-gpu -N -L gpu -R "$GPU_TESTS" | sed -nE 's/^ +Test +#[0-9]+: +//p'); do
     grep -oE "cmocka_unit_test\([a-z0-9_]+\)" "tests/gpu/$bin.c" | sed -E "s/.*\((.*)\)/$bin \1/"
-  done |
+  done
+}
+
+run_cases() {
+  # shellcheck disable=SC2016
+  gpu_cases |
     xargs -P "$CASES_JOBS" -L 1 bash -c '
         log=$(HUMMING_CACHE_DIR=build-gpu/test-cache HM_TEST_FILTER=$1 timeout "${TEST_TIMEOUT:-200}" \
           "build-gpu/tests/$0" 2>&1)
@@ -154,8 +159,13 @@ run() {
   if [ -n "${GPU_TESTS:-}" ]; then
     [ -f .snap/test-cache.tgz ] && tar -xzf .snap/test-cache.tgz -C "/tmp/$last/build-gpu"
     if [ -n "${CASES_JOBS:-}" ]; then
-      (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" bash -c "$(declare -f run_cases); run_cases") 2>&1 |
+      (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" bash -c "$(declare -f gpu_cases run_cases); run_cases") 2>&1 |
         tee "$OUT/tests.txt"
+      # A case the limit cut off prints nothing of its own (thirty-second session: one of
+      # test_gemm_w8a8's eleven went missing so).
+      (cd "/tmp/$last" && gpu_cases) | while read -r bin case; do
+        grep -q " $bin $case in " "$OUT/tests.txt" || echo "UNFINISHED $bin $case: TESTS_LIMIT ran out"
+      done | tee -a "$OUT/tests.txt"
     else
       (cd "/tmp/$last" && timeout "${TESTS_LIMIT:-240}" ctest --test-dir build-gpu -L gpu -R "$GPU_TESTS" \
         -j "${TESTS_JOBS:-1}" --timeout "${TEST_TIMEOUT:-200}" --output-on-failure) 2>&1 |

@@ -21,6 +21,7 @@
 #define TIMEOUT_S 3 /* HUMMING_COMM_TIMEOUT set by tests/comm.cmake */
 #define SLACK_S 40  /* start-up and tear-down of 4 ranks on a loaded machine */
 #define DRIVER_LIMIT_S 180
+#define SURVIVOR_LINGER_S 1
 
 /* ---- the ranks ---- */
 
@@ -62,6 +63,10 @@ static int child(const char *mode, int argc, char **argv) {
   hm_status st = one_round(batch, world.rank);
   fprintf(stderr, "SURVIVOR rank %d exit 3: %s\n", world.rank, st == HM_OK ? "no failure" : hm_last_error());
   fflush(stderr);
+  /* The first survivor to exit makes mpirun abort the others (outside recovery), which had
+   * cut off rank 0 between its log line and this one on a loaded 2-core machine: the
+   * survivors time out within milliseconds of each other, so a second's wait lets all say it. */
+  sleep(SURVIVOR_LINGER_S);
   /* No MPI_Finalize: it would wait for the victim; mpirun reaps the job. */
   _exit(3);
 }

@@ -22,9 +22,22 @@ __device__ __forceinline__ bool hm_in_part(int it, int parts, int part) {
   return it % parts == part;
 }
 
+// The 8-row tiles of the mma.sync kernels (hm_skips_missing_rows) do not copy the rows a
+// tile lacks (a_row -1: past M, past an expert's count, padding). Nothing reads across
+// rows: a row of A makes only its own row of C, and a row without an A row has no C row
+// either (hm_tile_row), so the epilogues never store what its stale bytes sum to. Chunks
+// past K still zero-fill: the weights there are zeros, which stale bytes could turn into
+// NaN. At one token such a tile copied seven zero rows a stage for its one live row; not
+// copying them ran the dense decode tile 1.035-1.043x and fp8 masked down at one and two
+// rows 1.005-1.012x on an H100 (docs/PERF.md, thirty-third session). The 16-row tile ran
+// 0.972-0.979x so, even at M = 16 where it lacks no row, and keeps zero-filling.
+template <class C>
+constexpr bool hm_skips_missing_rows = C::bm == 8;
+
 // The bm x bk A tile of k-tile kt in 16-byte chunks (cp.async): row r is the gathered row
-// a_row[r], and rows of -1 or chunks past K are zero-filled. Chunk ch of row r lands at
-// st + offset(r, ch): each kernel brings its own swizzle. EB: bytes an element.
+// a_row[r]; rows of -1 are skipped (hm_skips_missing_rows) or zero-filled, and chunks past
+// K are zero-filled. Chunk ch of row r lands at st + offset(r, ch): each kernel brings its
+// own swizzle. EB: bytes an element.
 template <class C, int THREADS, int EB, class Offset>
 __device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, unsigned char *st, const int *a_row,
                                                Offset offset) {
@@ -41,7 +54,7 @@ __device__ __forceinline__ void hm_load_a_tile(const hm_gemm_params &p, int kt, 
       const int k = kt * C::bk + ch * per_chunk;
       const bool ok = row >= 0 && k < C::k;
       const long long off = ((long long)(ok ? row : 0) * C::k + (ok ? k : 0)) * EB;
-      hm_cp_async16(st + offset(r, ch), a + off, ok);
+      if (!hm_skips_missing_rows<C> || row >= 0) hm_cp_async16(st + offset(r, ch), a + off, ok);
     }
   }
 }
@@ -200,11 +213,13 @@ __device__ __forceinline__ void hm_copy_stream_init(hm_copy_stream<G> &s, const 
 
 // A thread's copies of the bm x bk A tile over a tile segment: its rows are gathered
 // once, so a copy's source is worked out at k-tile 0 and a k-tile only adds kt * bk
-// elements. Missing rows and chunks past K zero-fill, by predicate: the wgmma mainloops
-// issue these copies between wgmmas, where branching copies made ptxas serialize every
-// wgmma (C7513). EB:
-// bytes an element; offset(r, ch): where chunk ch of tile row r lands in a stage.
-template <class C, int THREADS, int EB>
+// elements. In the wgmma mainloops, which issue these copies between wgmmas, missing rows
+// and chunks past K zero-fill by predicate: branching or guarded copies there made ptxas
+// serialize every wgmma (C7513). The plan of an 8-row mma.sync tile (SKIP) skips missing
+// rows and checks no K: the mma.sync mainloop plans only k-tiles inside K, the last one of
+// a K that bk does not divide taking the checked loads (hm_load_plan_stage). EB: bytes an
+// element; offset(r, ch): where chunk ch of tile row r lands in a stage.
+template <class C, int THREADS, int EB, bool SKIP = false>
 struct hm_a_plan {
   static constexpr int per_chunk = 16 / EB;
   using G = hm_chunk_grid<C::bk / per_chunk, THREADS, C::bm * C::bk / per_chunk>;
@@ -235,14 +250,18 @@ struct hm_a_plan {
 #pragma unroll
     for (int it = 0; it < G::iters; ++it)
       if (hm_in_part(it, PARTS, part) && G::has(it, threadIdx.x)) {
-        const bool ok = on && k0[it] + k < C::k;
-        hm_cp_async16(st + dst[it], src[it] + (ok ? k * EB : 0), ok);
+        if constexpr (SKIP) {
+          if (k0[it] != missing) hm_cp_async16(st + dst[it], src[it] + k * EB, on);
+        } else {
+          const bool ok = on && k0[it] + k < C::k;
+          hm_cp_async16(st + dst[it], src[it] + (ok ? k * EB : 0), ok);
+        }
       }
   }
 };
 
 // A thread's copies of a stage over one tile segment. A rows are gathered, so each A copy
-// has its own source (row 0 for a missing row, zero-filled).
+// has its own source (row 0's for a missing row, which zero-fills or is skipped).
 template <class C>
 struct hm_load_plan {
   using T = hm_gemm_traits<C>;
@@ -253,7 +272,7 @@ struct hm_load_plan {
   // scale group, K being a multiple of the group): it takes the checked loads.
   static constexpr bool k_tail = C::k % C::bk != 0;
 
-  hm_a_plan<C, T::threads, 2> a;
+  hm_a_plan<C, T::threads, 2, hm_skips_missing_rows<C>> a;
   hm_copy_stream<B> b;
   hm_copy_stream<S> s;
   hm_copy_stream<Z> z;

@@ -2,11 +2,13 @@
 /*
  * Dense weight-only GEMM on the device against the host reference: every weight
  * format, group size, activation and output type, bias, at M = 1, 7, 64, 333 (and
- * 4096 for the main format) with N and K that are not powers of two, and two layers
- * chained on one stream. All cases run and print before the test fails, so one run shows
- * every broken case.
+ * 4096 for the main format) with N and K that are not powers of two, two layers
+ * chained on one stream, and runs right after a kernel that leaves shared memory full of
+ * NaNs. All cases run and print before the test fails, so one run shows every broken case.
  */
 #include "gemm_test_util.h"
+#include "kernels/gemm_config.h"
+#include "kernels/jit.h"
 
 static hm_engine *engine;
 
@@ -185,6 +187,79 @@ static void chained_layers_wait_for_their_input(void **state) {
   if (failed) fail_msg("%d chained cases out of bound", failed);
 }
 
+/*
+ * Shared memory left full of NaNs by the kernel before: the mma.sync kernels do not copy
+ * the A rows a tile lacks (gemm_load.cuh), so those rows read whatever an earlier kernel
+ * left, which must stay in rows no output takes. Every SM's shared memory is filled with
+ * 0xff (NaN in bf16, f16 and fp8) right before each GEMM, on its stream, at M = 1, 7 and
+ * 9, through the copy plan (K a multiple of bk) and the checked loads (K = 1408).
+ */
+static const char poison_source[] =
+    "extern \"C\" __global__ void hm_poison_shared(unsigned bytes) {\n"
+    "  extern __shared__ __align__(16) unsigned char smem[];\n"
+    "  for (unsigned i = threadIdx.x * 16; i + 16 <= bytes; i += blockDim.x * 16)\n"
+    "    *(uint4 *)(smem + i) = make_uint4(~0u, ~0u, ~0u, ~0u);\n"
+    "}\n";
+
+typedef struct poisoned_run {
+  hm_kernel *poison;
+  hm_layer *layer;
+  hm_stream *stream;
+} poisoned_run;
+
+static void poison_then_forward(void *ctx, const hm_gemm_args *device_args) {
+  const poisoned_run *r = ctx;
+  unsigned bytes = (unsigned)hm_gemm_arch_smem_limit(engine->arch);
+  void *args[] = {&bytes};
+  /* Two CTAs an SM's worth, each alone on its SM for its shared memory: every SM runs one. */
+  const hm_launch_dims dims = {{(unsigned)engine->sm_count * 2, 1, 1}, {256, 1, 1}, bytes, {0}};
+  HM_ASSERT_OK(hm_kernel_launch(r->poison, &dims, args, r->stream));
+  HM_ASSERT_OK(hm_layer_forward(r->layer, device_args, r->stream));
+  HM_ASSERT_OK(hm_stream_synchronize(r->stream));
+}
+
+static void stale_shared_memory_stays_out_of_live_rows(void **state) {
+  (void)state;
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed("stale_shared_memory_stays_out_of_live_rows"));
+  const gt_case cs[] = {
+      {"stale smem, K tail", F(U4, 128, true), HM_BF16, HM_BF16, false, 1000, 1408, 1, false},
+      {"stale smem, planned copies", F(U4, 128, true), HM_BF16, HM_BF16, true, 1024, 2048, 1, false},
+      {"stale smem, u8 f16", FS(U8, 64, true, F16), HM_F16, HM_F16, false, 576, 1536, 1, false},
+  };
+  const hm_kernel_source src = {.name = "hm_poison_shared", .source = poison_source};
+  poisoned_run r = {0};
+  HM_ASSERT_OK(hm_kernel_get(engine, &src, &r.poison));
+  HM_ASSERT_OK(hm_stream_create(engine, &r.stream));
+  const int64_t ms[] = {1, 7, 9};
+  int failed = 0;
+  for (size_t i = 0; i < HM_ARRAY_SIZE(cs); i++) {
+    const gt_case *c = &cs[i];
+    gt_layer_data d;
+    gt_layer_data_make(&rng, c, &d);
+    r.layer = gt_layer_make(engine, c, &d);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
+      const int64_t m = ms[j];
+      void *a = gt_random(&rng, c->act, m * c->k, 1.0f);
+      void *out = gt_alloc((size_t)(m * c->n) * 2), *ref = gt_alloc((size_t)(m * c->n) * 2);
+      hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m, .a = a};
+      gt_reference(c, &d, &args, m, ref);
+      gt_device_run_with(engine, poison_then_forward, &r, &args, m, c->k, m, c->n, 1, out);
+      const double err = gt_compare(out, ref, m * c->n, c->out, c->n, c->name);
+      const bool ok = err <= gt_tolerance(c);
+      printf("%-34s M=%-5lld rel_err %.2e %s\n", c->name, (long long)m, err, ok ? "ok" : "FAIL");
+      failed += !ok;
+      free(a);
+      free(out);
+      free(ref);
+    }
+    hm_layer_destroy(r.layer);
+    gt_layer_data_free(&d);
+  }
+  hm_stream_destroy(r.stream);
+  if (failed) fail_msg("%d runs after stale shared memory out of bound", failed);
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
@@ -194,6 +269,7 @@ int main(void) {
       cmocka_unit_test(batch_invariant_rows_do_not_depend_on_m),
       cmocka_unit_test(stream_k_is_deterministic),
       cmocka_unit_test(chained_layers_wait_for_their_input),
+      cmocka_unit_test(stale_shared_memory_stays_out_of_live_rows),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

@@ -119,7 +119,8 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");
   static_assert(C::bn % (64 * C::warps_n) == 0, "bn must split into 64-column warp tiles");
-  static_assert(C::bk == 64 || C::bk == 128 || C::bk == 256 || C::bk == 512, "bk must be 64, 128, 256 or 512");
+  static_assert(C::bk == 64 || C::bk == 128 || C::bk == 256 || C::bk == 512 || C::bk == 1024,
+                "bk must be 64, 128, 256, 512 or 1024");
   static_assert(S::steps % C::warps_k == 0, "warps_k must divide bk/16");
   static_assert(C::stages >= 2, "at least two stages");
   static_assert(map_rows <= threads, "one thread per map row fills the row maps");

@@ -92,14 +92,16 @@ static void add_transforms(tg_batch *b, int arch) {
 }
 
 /* The one-unit dense decode tile at the deepest rings and longest k-tiles allowed: bk 256
- * up to 16 stages, bk 512 (weight-only mma.sync), as deep as arch's shared memory holds. */
+ * up to 16 stages, bk 512 and 1024 (weight-only mma.sync; eight k-warps at 1024), as deep
+ * as arch's shared memory holds. */
 static void add_deep_decode(tg_batch *b, int arch) {
   hm_layer_config lc = layer_of(&variants[0], 1, false);
   hm_gemm_config c;
   HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, arch, &c));
   const hm_gemm_tuning tiles[] = {
       {8, 64, 256, 1, 1, 4, arch >= 90 ? 16 : 12, false, 0, 1, HM_MMA_SYNC, false},
-      {8, 64, 512, 1, 1, 4, arch >= 90 ? 8 : 6, false, 0, 1, HM_MMA_SYNC, false}};
+      {8, 64, 512, 1, 1, 4, arch >= 90 ? 8 : 6, false, 0, 1, HM_MMA_SYNC, false},
+      {8, 64, 1024, 1, 1, 8, arch >= 90 ? 3 : 2, false, 0, 1, HM_MMA_SYNC, false}};
   for (size_t i = 0; i < HM_ARRAY_SIZE(tiles); i++) {
     c.tuning = tiles[i];
     HM_ASSERT_OK(hm_gemm_config_check(&c));
@@ -196,6 +198,11 @@ static void illegal_configs_are_refused(void **state) {
   bad.tuning.mma = HM_MMA_WGMMA;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "bk=512"));
+  bad.tuning.bk = 1024;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
+  bad.tuning.bk = 2048;
+  bad.tuning.mma = HM_MMA_SYNC;
+  assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   bad = c;
   bad.tuning.stages = HM_GEMM_MAX_STAGES + 1;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);

@@ -188,11 +188,12 @@ static void chained_layers_wait_for_their_input(void **state) {
 }
 
 /*
- * Shared memory left full of NaNs by the kernel before: the mma.sync kernels do not copy
- * the A rows a tile lacks (gemm_load.cuh), so those rows read whatever an earlier kernel
- * left, which must stay in rows no output takes. Every SM's shared memory is filled with
- * 0xff (NaN in bf16, f16 and fp8) right before each GEMM, on its stream, at M = 1, 7 and
- * 9, through the copy plan (K a multiple of bk) and the checked loads (K = 1408).
+ * Shared memory left full of NaNs by the kernel before: the 8-row mma.sync tiles do not
+ * copy the A rows a tile lacks (hm_skips_missing_rows), so those rows read whatever an
+ * earlier kernel left, which must stay in rows no output takes. Every SM's shared memory
+ * is filled with 0xff (NaN in bf16, f16 and fp8) right before each GEMM, on its stream,
+ * at M = 1 and 7 (8-row tiles) and 9 (a 16-row one), through the copy plan (K a multiple
+ * of bk) and the checked loads (K = 1408).
  */
 static const char poison_source[] =
     "extern \"C\" __global__ void hm_poison_shared(unsigned bytes) {\n"
@@ -211,7 +212,7 @@ static void poison_then_forward(void *ctx, const hm_gemm_args *device_args) {
   const poisoned_run *r = ctx;
   unsigned bytes = (unsigned)hm_gemm_arch_smem_limit(engine->arch);
   void *args[] = {&bytes};
-  /* Two CTAs an SM's worth, each alone on its SM for its shared memory: every SM runs one. */
+  /* Twice as many CTAs as SMs, each holding a whole SM's shared memory: every SM runs one. */
   const hm_launch_dims dims = {{(unsigned)engine->sm_count * 2, 1, 1}, {256, 1, 1}, bytes, {0}};
   HM_ASSERT_OK(hm_kernel_launch(r->poison, &dims, args, r->stream));
   HM_ASSERT_OK(hm_layer_forward(r->layer, device_args, r->stream));

@@ -41,13 +41,15 @@ static const gt_case cases[] = {
 
 static const int64_t m_list[] = {1, 7, 64, 333};
 
-/* Runs one M of a case; returns false (after printing) if it is wrong. */
-static bool run_m(hm_rng *rng, const gt_case *c, const gt_layer_data *d, hm_layer *l, int64_t m) {
+/* Runs one M of a case through run (its layer's forward, with what comes before it);
+ * returns false (after printing) if it is wrong. */
+static bool run_m_with(hm_rng *rng, const gt_case *c, const gt_layer_data *d, gt_run_fn run, void *ctx,
+                       int64_t m) {
   void *a = gt_random(rng, c->act, m * c->k, 1.0f);
   void *out = gt_alloc((size_t)(m * c->n) * 2), *ref = gt_alloc((size_t)(m * c->n) * 2);
   hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m, .a = a};
   gt_reference(c, d, &args, m, ref);
-  gt_device_run(engine, l, &args, m, c->k, m, c->n, c->experts, out);
+  gt_device_run_with(engine, run, ctx, &args, m, c->k, m, c->n, c->experts, out);
   const double err = gt_compare(out, ref, m * c->n, c->out, c->n, c->name);
   const bool ok = err <= gt_tolerance(c);
   printf("%-34s N=%-5lld K=%-5lld M=%-5lld rel_err %.2e %s\n", c->name, (long long)c->n, (long long)c->k,
@@ -56,6 +58,10 @@ static bool run_m(hm_rng *rng, const gt_case *c, const gt_layer_data *d, hm_laye
   free(out);
   free(ref);
   return ok;
+}
+
+static bool run_m(hm_rng *rng, const gt_case *c, const gt_layer_data *d, hm_layer *l, int64_t m) {
+  return run_m_with(rng, c, d, gt_forward, l, m);
 }
 
 static void dense_formats_match_reference(void **state) {
@@ -239,21 +245,8 @@ static void stale_shared_memory_stays_out_of_live_rows(void **state) {
     gt_layer_data d;
     gt_layer_data_make(&rng, c, &d);
     r.layer = gt_layer_make(engine, c, &d);
-    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++) {
-      const int64_t m = ms[j];
-      void *a = gt_random(&rng, c->act, m * c->k, 1.0f);
-      void *out = gt_alloc((size_t)(m * c->n) * 2), *ref = gt_alloc((size_t)(m * c->n) * 2);
-      hm_gemm_args args = {.type = HM_GEMM_DENSE, .m = m, .a = a};
-      gt_reference(c, &d, &args, m, ref);
-      gt_device_run_with(engine, poison_then_forward, &r, &args, m, c->k, m, c->n, 1, out);
-      const double err = gt_compare(out, ref, m * c->n, c->out, c->n, c->name);
-      const bool ok = err <= gt_tolerance(c);
-      printf("%-34s M=%-5lld rel_err %.2e %s\n", c->name, (long long)m, err, ok ? "ok" : "FAIL");
-      failed += !ok;
-      free(a);
-      free(out);
-      free(ref);
-    }
+    for (size_t j = 0; j < HM_ARRAY_SIZE(ms); j++)
+      failed += !run_m_with(&rng, c, &d, poison_then_forward, &r, ms[j]);
     hm_layer_destroy(r.layer);
     gt_layer_data_free(&d);
   }

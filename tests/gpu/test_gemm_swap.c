@@ -9,7 +9,9 @@
  * layers, at M = 1, 2, 7, 8 with N and K off the tile grid, C poisoned first; four
  * tunings (Stream-K or not, 1, 2 or 4 k-warps, bk 64..256, 1 or 2 units a warp, 1 to 16
  * k16 steps a warp sums before the late-scale fold, gemm_swap.cuh). All cases run and
- * print before the test fails.
+ * print before the test fails. The MoE checks are a test a GEMM type, so that a device call
+ * runs them side by side (scripts/device-ab.sh run_cases): as one they took over 280 s on
+ * an H100 (docs/PERF.md, thirty-third and thirty-fourth sessions).
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
@@ -209,6 +211,9 @@ static void route(hm_rng *rng, int64_t m, int64_t experts, int top_k, int32_t *i
     }
 }
 
+/* What a MoE test runs at M = m on one forced kernel: its count of cases out of bound. */
+typedef int (*moe_runs)(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m);
+
 /* Indexed: gate-up gathers token rows (top_k 2), down reads slot rows with top-k weights (top_k 2 or 1). */
 static bool run_indexed(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m,
                         int top_k, bool down, int block_m) {
@@ -229,8 +234,14 @@ static bool run_indexed(hm_rng *rng, const gt_case *c, const gt_layer_data *d, f
   return ok;
 }
 
+/* block_m 8 is the tile; 16 puts two m-tiles in a block of one expert. */
+static int indexed_runs(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
+  return !run_indexed(rng, c, d, f, m, 2, false, 8) + !run_indexed(rng, c, d, f, m, 2, true, 16) +
+         !run_indexed(rng, c, d, f, m, 1, true, 8);
+}
+
 /* Segments in expert order, each padded by 0..5 unused rows. */
-static bool run_contiguous(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
+static int contiguous_runs(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * 2) * 4);
   route(rng, m, c->experts, 2, ids);
   int32_t *off, *cnt;
@@ -240,11 +251,11 @@ static bool run_contiguous(hm_rng *rng, const gt_case *c, const gt_layer_data *d
       .type = HM_GEMM_GROUPED_CONTIGUOUS, .m = rows, .a = a, .expert_offsets = off, .expert_counts = cnt};
   const bool ok = run_case(c, d, f, "grouped-contiguous", &args, rows, rows, m);
   free(ids), free(off), free(cnt), free(a);
-  return ok;
+  return !ok;
 }
 
 /* Rows past an expert's count (and all of expert 1's) stay unwritten. */
-static bool run_masked(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
+static int masked_runs(hm_rng *rng, const gt_case *c, const gt_layer_data *d, forced *f, int64_t m) {
   int32_t *ids = gt_alloc((size_t)(m * 2) * 4);
   route(rng, m, c->experts, 2, ids);
   int32_t *cnt;
@@ -254,41 +265,44 @@ static bool run_masked(hm_rng *rng, const gt_case *c, const gt_layer_data *d, fo
   const hm_gemm_args args = {.type = HM_GEMM_GROUPED_MASKED, .m = max_m, .a = a, .expert_counts = cnt};
   const bool ok = run_case(c, d, f, "grouped-masked", &args, rows, rows, m);
   free(ids), free(cnt), free(a);
-  return ok;
+  return !ok;
 }
 
-static void swapped_moe_matches_reference(void **state) {
-  (void)state;
+/* The MoE cases on every tuning of one GEMM type (seeded by the test's name), at each M. */
+static void moe_test(const char *test, hm_gemm_type type, moe_runs runs) {
   hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed("swapped_moe_matches_reference"));
+  hm_rng_seed(&rng, hm_test_seed(test));
   int failed = 0;
   for (size_t i = 0; i < HM_ARRAY_SIZE(moe_cases); i++) {
     const gt_case *c = &moe_cases[i];
     gt_layer_data d;
     gt_layer_data_make(&rng, c, &d);
     hm_layer *l = gt_layer_make(engine, c, &d);
-    forced idx[TUNINGS], cont[TUNINGS], mask[TUNINGS];
-    forced_make(l, HM_GEMM_INDEXED, idx);
-    forced_make(l, HM_GEMM_GROUPED_CONTIGUOUS, cont);
-    forced_make(l, HM_GEMM_GROUPED_MASKED, mask);
+    forced f[TUNINGS];
+    forced_make(l, type, f);
     for (int t = 0; t < TUNINGS; t++)
-      for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
-        const int64_t m = m_list[j];
-        if (idx[t].kernel == NULL || cont[t].kernel == NULL || mask[t].kernel == NULL) continue;
-        /* block_m 8 is the tile; 16 puts two m-tiles in a block of one expert. */
-        failed += !run_indexed(&rng, c, &d, &idx[t], m, 2, false, 8);
-        failed += !run_indexed(&rng, c, &d, &idx[t], m, 2, true, 16);
-        failed += !run_indexed(&rng, c, &d, &idx[t], m, 1, true, 8);
-        failed += !run_contiguous(&rng, c, &d, &cont[t], m);
-        failed += !run_masked(&rng, c, &d, &mask[t], m);
-      }
-    forced_free(idx);
-    forced_free(cont);
-    forced_free(mask);
+      for (size_t j = 0; j < HM_ARRAY_SIZE(m_list) && f[t].kernel != NULL; j++)
+        failed += runs(&rng, c, &d, &f[t], m_list[j]);
+    forced_free(f);
     hm_layer_destroy(l);
     gt_layer_data_free(&d);
   }
-  if (failed) fail_msg("%d swapped MoE cases out of bound", failed);
+  if (failed) fail_msg("%d %s cases out of bound", failed, test);
+}
+
+static void swapped_indexed_matches_reference(void **state) {
+  (void)state;
+  moe_test("swapped_indexed_matches_reference", HM_GEMM_INDEXED, indexed_runs);
+}
+
+static void swapped_contiguous_matches_reference(void **state) {
+  (void)state;
+  moe_test("swapped_contiguous_matches_reference", HM_GEMM_GROUPED_CONTIGUOUS, contiguous_runs);
+}
+
+static void swapped_masked_matches_reference(void **state) {
+  (void)state;
+  moe_test("swapped_masked_matches_reference", HM_GEMM_GROUPED_MASKED, masked_runs);
 }
 
 int main(void) {
@@ -297,7 +311,9 @@ int main(void) {
   printf("# device: %s\n", hm_engine_device_name(engine));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(swapped_dense_matches_reference),
-      cmocka_unit_test(swapped_moe_matches_reference),
+      cmocka_unit_test(swapped_indexed_matches_reference),
+      cmocka_unit_test(swapped_contiguous_matches_reference),
+      cmocka_unit_test(swapped_masked_matches_reference),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

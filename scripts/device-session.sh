@@ -24,6 +24,11 @@
 # so that the logs are packed and come back. CACHE_IN names a packed kernel cache of an
 # earlier call (unpacked where HUMMING_CACHE_DIR does not exist yet), CACHE_OUT where this
 # call's cache is packed at the end: a fresh machine then compiles only what is new.
+# BENCH_BIN names a humming-moe-bench built here (scripts/device-ab.sh pack-bin, carried in
+# .snap): nothing is built there, so only the phases that run the benchmark alone work
+# (kernels, chain, trace, w8a8, fp8shapes, w4a8, layers), as in
+#   BENCH_BIN=.snap/bench-SHA PHASES="kernels fp8shapes" DENSE_M=1,16,1024,4096 \
+#     KERNEL_MOE=down MOE_M=1,2,16 MASKED_M= scripts/device-session.sh
 set -uo pipefail
 OUT=${OUT:-out/device-session}
 BUILD=${BUILD:-build-gpu}
@@ -69,9 +74,16 @@ dense_shape() {
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$LOGS/device.txt"
-step build 240 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3=$(command -v python3) &&
-  cmake --build $BUILD -j$(nproc)" || { grep -E "error" "$LOGS/build.log" | head -20; exit 1; }
-bench="$BUILD/humming-moe-bench"
+if [ -n "${BENCH_BIN:-}" ]; then
+  # No build: its minutes are a fresh machine's dearest (thirty-fifth session: one call
+  # in eight came). Its run path names this machine's /usr/local/cuda/lib.
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  bench=$BENCH_BIN
+else
+  step build 240 bash -c "cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DHM_PYTHON3=$(command -v python3) &&
+    cmake --build $BUILD -j$(nproc)" || { grep -E "error" "$LOGS/build.log" | head -20; exit 1; }
+  bench="$BUILD/humming-moe-bench"
+fi
 mpi1="mpirun --allow-run-as-root -np 1"
 
 if has tests; then

@@ -76,6 +76,10 @@ hm_engine *hm_test_host_engine(void) {
 }
 
 hm_engine *hm_test_cuda_engine_or_skip(void) {
+  /* A device call's time limit kills a case that runs long; the lines it printed into a
+   * log must survive that, not sit in a 4 KiB buffer (thirty-fifth session: a killed
+   * case's log held one buffer's worth, which told neither its rate nor how far it got). */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   hm_engine_config cfg = HM_ENGINE_CONFIG_INIT;
   cfg.backend = HM_BACKEND_CUDA;
   hm_engine *e = NULL;

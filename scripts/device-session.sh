@@ -75,8 +75,9 @@ dense_shape() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$LOGS/device.txt"
 if [ -n "${BENCH_BIN:-}" ]; then
-  # No build: its minutes are a fresh machine's dearest (thirty-fifth session: one call
-  # in eight came). Its run path names this machine's /usr/local/cuda/lib.
+  # No build there: a fresh machine's first minutes are the dearest (thirty-fifth session:
+  # one call in eight got a machine). The benchmark's run path names this machine's
+  # /usr/local/cuda/lib, the device's NVRTC sits in lib64.
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   bench=$BENCH_BIN
 else

@@ -126,30 +126,52 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
 }
 
 /*
- * The fixed table's decode tile for a dense 4-bit weight-only GEMM (the format measured)
- * whose 64-column units are about one a SM: one unit a CTA over the whole K (bn64 bk256,
- * four warps along k, eight stages, data-parallel, the table's 8 or 16 rows) instead of
- * Stream-K over 256-column tiles. Alone on its SM (hm_gemm_exclusive_sm), such a CTA
- * publishes no partial and waits for none. N = 8192 on an H100 (docs/PERF.md, twenty-fifth
- * session): 8 rows ran 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at
- * K = 4096 and 1.07x at K = 32768 at one token; 16 rows at 16 tokens 1.19x at K = 4096 and
- * 1.09x at K = 8192, but 0.93x at K = 32768. Within 7/8 of the SMs, as Stream-K's
- * tile-aligned split (hm_sk_ctas); the table only knows the arch, so it is settled here.
- * It joins the table's own tile rather than replacing it: where the model scores that one
- * better, it stands (16 rows at K = 32768, as measured; 8 rows at K = 32768 and eight
+ * The measured decode tiles of a dense 4-bit weight-only GEMM (the format measured) whose
+ * 64-column units are about one a SM: one unit a CTA over the whole K, data-parallel, the
+ * table's 8 or 16 rows, instead of Stream-K over 256-column tiles. Alone on its SM
+ * (hm_gemm_exclusive_sm), such a CTA publishes no partial and waits for none. N = 8192 on
+ * an H100, bk 256, four warps along k, eight stages (docs/PERF.md, twenty-fifth session):
+ * 8 rows ran 1.18-1.19x faster at K = 8192 and one to eight tokens, 1.23x at K = 4096 and
+ * 1.07x at K = 32768 at one token; 16 rows at 16 tokens 1.19x at K = 4096 and 1.09x at
+ * K = 8192, but 0.93x at K = 32768. The 8-row tile then went to bk 512, eight warps along
+ * k and four stages: 1.084x on an H200, whose loop the warps' issue rate sets (two warps a
+ * scheduler hide what one cannot), and 1.02x on an H100, whose DRAM sets it (N = K = 8192
+ * at one token; thirty-fifth and thirty-sixth sessions). It is offered where K fills its
+ * four-stage ring (it was measured on 16 k-tiles); on a shorter K the bk 256 one stands.
+ * Units within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table
+ * only knows the arch, so it is settled here.
+ */
+bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p, int bm,
+                         hm_gemm_tuning *out) {
+  const hm_gemm_tuning tiles[] = {
+      {8, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false},
+      {bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false},
+  };
+  const int64_t units = (base->layer.n + 63) / 64;
+  const bool w4a16 = hm_gemm_weight_bits(base->layer.weight) == 4 &&
+                     (base->layer.act == HM_F16 || base->layer.act == HM_BF16);
+  if ((bm != 8 && bm != 16) || !w4a16 || units > p->sm_count || 8 * units < 7 * (int64_t)p->sm_count)
+    return false;
+  for (size_t i = bm == 8 ? 0 : 1; i < HM_ARRAY_SIZE(tiles); i++) {
+    hm_gemm_config cfg = *base;
+    cfg.tuning = tiles[i];
+    const bool fills_ring = i > 0 || hm_gemm_k_iters(&cfg) >= tiles[i].stages;
+    if (fills_ring && hm_gemm_exclusive_sm(&cfg) && hm_choose_tuning_legal(base, &tiles[i], p)) {
+      *out = tiles[i];
+      return true;
+    }
+  }
+  return false;
+}
+
+/*
+ * The unit tile of the table's rows, where the table holds the tile that runs alone on its
+ * SM. It joins the table's own tile rather than replacing it: where the model scores that
+ * one better, it stands (16 rows at K = 32768, as measured; 8 rows at K = 32768 and eight
  * tokens, not measured).
  */
 static bool unit_per_sm_decode(const hm_gemm_config *table, const hm_device_profile *p, hm_gemm_tuning *out) {
-  const hm_gemm_tuning unit_tile = {table->tuning.bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
-  const int64_t units = (table->layer.n + 63) / 64;
-  const bool w4a16 = hm_gemm_weight_bits(table->layer.weight) == 4 &&
-                     (table->layer.act == HM_F16 || table->layer.act == HM_BF16);
-  if ((table->tuning.bm != 8 && table->tuning.bm != 16) || !w4a16 || !hm_gemm_exclusive_sm(table) ||
-      units > p->sm_count || 8 * units < 7 * (int64_t)p->sm_count ||
-      !hm_choose_tuning_legal(table, &unit_tile, p))
-    return false;
-  *out = unit_tile;
-  return true;
+  return hm_gemm_exclusive_sm(table) && hm_choose_unit_tile(table, p, table->tuning.bm, out);
 }
 
 /* The best score seen, and the candidate that scored it. */

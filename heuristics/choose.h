@@ -39,6 +39,13 @@ hm_status hm_choose_candidates(const hm_gemm_config *base, const hm_device_profi
 /* Whether tuning suits profile (shared memory, threads and registers per SM) and the kernel's checks. */
 bool hm_choose_tuning_legal(const hm_gemm_config *base, const hm_gemm_tuning *tuning, const hm_device_profile *p);
 
+/*
+ * The measured dense decode tile of bm (8 or 16) rows for base's layer, one 64-column unit
+ * a CTA alone on its SM, where the layer's units about fill the SMs (choose.c); false
+ * elsewhere. The candidates hold it, though the 8-row one lies outside their cross product.
+ */
+bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p, int bm, hm_gemm_tuning *out);
+
 /* Field by field (the struct has padding). */
 bool hm_choose_tuning_equal(const hm_gemm_tuning *a, const hm_gemm_tuning *b);
 

@@ -141,9 +141,12 @@ static void decode_keeps_every_sm_streaming(void **state) {
  * Dense decode whose 64-column units are about one a SM takes one unit a CTA over the whole
  * K, data-parallel, where it runs alone on its SM: N = K = 8192 at one token ran 15.80 us
  * against 18.73 on the Stream-K tile, at eight 15.83 against 18.76 (H100, docs/PERF.md
- * twenty-fifth session), and the model orders them so. N = 4096 has units for half the
- * SMs and keeps Stream-K. The 16-row tile at 16 tokens: 10.80 against 12.83 us at
- * K = 4096, 17.65 against 19.26 at K = 8192, but 60.08 against 55.63 at K = 32768.
+ * twenty-fifth session), and the model orders them so. Its 8 rows take bk 512 and eight
+ * warps along k: 12.90 us against 13.98 on bk 256 and four warps (H200, thirty-sixth
+ * session), 15.86-15.96 against 16.22-16.27 (H100, thirty-fifth); K = 1024, two k-tiles of
+ * 512 for its four stages, keeps bk 256. N = 4096 has units for half the SMs and keeps Stream-K.
+ * The 16-row tile at 16 tokens: 10.80 against 12.83 us at K = 4096, 17.65 against 19.26 at
+ * K = 8192, but 60.08 against 55.63 at K = 32768.
  */
 static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
   (void)state;
@@ -154,9 +157,12 @@ static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
     const hm_layer_config lc = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
     hm_gemm_config cfg;
     HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_DENSE, &p, 4, 8, &cfg, NULL));
-    assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 64 && cfg.tuning.bk == 256 &&
-                cfg.tuning.warps_k == 4 && cfg.tuning.stages == 8 && !cfg.tuning.stream_k &&
+    assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 64 && cfg.tuning.bk == 512 &&
+                cfg.tuning.warps_k == 8 && cfg.tuning.stages == 4 && !cfg.tuning.stream_k &&
                 cfg.tuning.ctas_per_sm == 1);
+    const hm_layer_config short_k = hm_test_layer_config("w4a16", 8192, 1024, 1, 0);
+    HM_ASSERT_OK(hm_choose_config(&short_k, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
+    assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 64 && cfg.tuning.bk == 256 && cfg.tuning.warps_k == 4);
     HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
     assert_true(cfg.tuning.bn == 64 && !cfg.tuning.stream_k);
     hm_choose_cost unit, split;

@@ -125,6 +125,11 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
   return table->bm == 8 && hm_choose_tuning_equal(&rescheduled, table);
 }
 
+/* Whether cfg's tile runs alone on its SM on profile p. */
+static bool runs_alone(const hm_gemm_config *cfg, const hm_device_profile *p) {
+  return hm_gemm_exclusive_sm(cfg) && hm_choose_tuning_legal(cfg, &cfg->tuning, p);
+}
+
 /*
  * The measured decode tiles of a dense 4-bit weight-only GEMM (the format measured) whose
  * 64-column units are about one a SM: one unit a CTA over the whole K, data-parallel, the
@@ -143,25 +148,21 @@ static bool decode_reschedule(const hm_gemm_tuning *table, const hm_gemm_tuning 
  */
 bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p, int bm,
                          hm_gemm_tuning *out) {
-  const hm_gemm_tuning tiles[] = {
-      {8, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false},
-      {bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false},
-  };
   const int64_t units = (base->layer.n + 63) / 64;
   const bool w4a16 = hm_gemm_weight_bits(base->layer.weight) == 4 &&
                      (base->layer.act == HM_F16 || base->layer.act == HM_BF16);
   if ((bm != 8 && bm != 16) || !w4a16 || units > p->sm_count || 8 * units < 7 * (int64_t)p->sm_count)
     return false;
-  for (size_t i = bm == 8 ? 0 : 1; i < HM_ARRAY_SIZE(tiles); i++) {
-    hm_gemm_config cfg = *base;
-    cfg.tuning = tiles[i];
-    const bool fills_ring = i > 0 || hm_gemm_k_iters(&cfg) >= tiles[i].stages;
-    if (fills_ring && hm_gemm_exclusive_sm(&cfg) && hm_choose_tuning_legal(base, &tiles[i], p)) {
-      *out = tiles[i];
-      return true;
-    }
+  hm_gemm_config deep = *base, unit = *base;
+  deep.tuning = (hm_gemm_tuning){8, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false};
+  unit.tuning = (hm_gemm_tuning){bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
+  if (bm == 8 && hm_gemm_k_iters(&deep) >= deep.tuning.stages && runs_alone(&deep, p)) {
+    *out = deep.tuning;
+    return true;
   }
-  return false;
+  if (!runs_alone(&unit, p)) return false;
+  *out = unit.tuning;
+  return true;
 }
 
 /*

@@ -28,17 +28,20 @@ look_inside() {
     echo "no cuda-gdb here"
     return
   fi
+  # The focus warp's next instructions say what it waits on (SASS, no debug info needed).
   [ -n "$PID" ] && timeout 120 cuda-gdb -q -p "$PID" -batch -ex "info cuda kernels" -ex "info cuda blocks" \
-    -ex "info cuda warps" -ex detach 2>&1 | head -200
+    -ex "info cuda warps" -ex 'x/12i $pc' -ex detach 2>&1 | head -240
 }
 
+# Twice: once quiet for QUIET_S, again after as long once more, so that warps that moved
+# (a long loop) tell apart from warps that did not (a wait).
 looked=0
 while kill -0 "$RUN" 2>/dev/null; do
   sleep 2
   last=$(stat -c %Y "$LOG")
-  if [ "$looked" = 0 ] && [ $(($(date +%s) - last)) -ge "$QUIET_S" ]; then
+  if [ "$looked" -lt 2 ] && [ $(($(date +%s) - last)) -ge "$QUIET_S" ]; then
     look_inside >>"$LOG"
-    looked=1
+    looked=$((looked + 1))
   fi
 done
 wait "$RUN"

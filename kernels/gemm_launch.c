@@ -86,6 +86,8 @@ static hm_status check_indexed(const hm_gemm_config *cfg, const hm_gemm_args *a)
     HM_FAIL(HM_INVALID_ARGUMENT, "indexed GEMM: block_m=%d is not a multiple of the kernel's bm=%d", a->block_m,
             cfg->tuning.bm);
   if (a->m * a->top_k > INT32_MAX) HM_FAIL(HM_INVALID_ARGUMENT, "indexed GEMM: m*top_k too large");
+  if (a->max_padded > INT32_MAX)
+    HM_FAIL(HM_INVALID_ARGUMENT, "indexed GEMM: max_padded=%lld too large", (long long)a->max_padded);
   return HM_OK;
 }
 
@@ -145,6 +147,7 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   p.block_m = args->type == HM_GEMM_INDEXED ? args->block_m : cfg->tuning.bm;
   p.grid = grid;
   p.routing_ready = args->type != HM_GEMM_DENSE && args->routing_ready;
+  p.max_padded = args->type == HM_GEMM_INDEXED ? (int32_t)args->max_padded : 0;
   if (hm_gemm_tma_a(cfg)) HM_CHECK(encode_tma_a(cfg, args, &p.tma_a));
   hm_launch_dims dims;
   memset(&dims, 0, sizeof(dims));

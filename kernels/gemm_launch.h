@@ -36,6 +36,7 @@ typedef struct hm_gemm_kernel_params {
   int32_t block_m;
   int32_t grid;
   int32_t routing_ready;
+  int32_t max_padded;
   const float *a_scale;
   CUtensorMap tma_a;
 } hm_gemm_kernel_params;

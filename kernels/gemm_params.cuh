@@ -31,6 +31,7 @@ struct hm_gemm_params {
   int block_m;                   // indexed metadata block
   int grid;                      // CTAs of the persistent grid
   int routing_ready;             // grouped: routing complete before launch (gemm_pdl.cuh)
+  int max_padded;                // indexed: rows sorted_ids holds, the bound of *num_padded
   const float *a_scale;          // W8A8: activation scales per A row, or per A row and 128 columns
   hm_tma_map tma_a;              // where C::tma_a: the activations for TMA (gemm_launch.c)
 };

@@ -25,6 +25,15 @@ __device__ __forceinline__ float hm_routing_ld(const float *p) {
   return v;
 }
 
+// Rows of sorted_ids in use: the routing's count, never past the rows the buffers hold
+// (max_padded), so that a corrupt count costs no read past them and no walk over millions
+// of tiles. The host reference refuses such a count (ref_gemm_plan.c); here no error can
+// reach the caller before the launch is done.
+__device__ __forceinline__ int hm_indexed_rows(const hm_gemm_params &p) {
+  const int rows = hm_routing_ld(p.num_padded);
+  return rows < p.max_padded ? rows : p.max_padded;
+}
+
 struct hm_tile {
   int e;       // expert
   int m_tile;  // global m-tile index
@@ -59,7 +68,7 @@ __device__ int hm_count_m_tiles(const hm_gemm_params &p, int *prefix) {
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     return (int)((p.m + C::bm - 1) / C::bm);
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    return (hm_routing_ld(p.num_padded) + C::bm - 1) / C::bm;
+    return (hm_indexed_rows(p) + C::bm - 1) / C::bm;
   } else {
     if (threadIdx.x < 32) {
       constexpr int batches = (C::experts + 31) / 32, ahead = batches < 16 ? batches : 16;
@@ -126,7 +135,7 @@ __device__ __forceinline__ void hm_tile_row(const hm_gemm_params &p, const hm_ti
   if constexpr (C::gemm_type == HM_GT_DENSE) {
     if (local < p.m) ar = cr = local;
   } else if constexpr (C::gemm_type == HM_GT_INDEXED) {
-    if (local < hm_routing_ld(p.num_padded)) {
+    if (local < hm_indexed_rows(p)) {
       const int id = hm_routing_ld(p.sorted_ids + local);
       if (id >= 0 && id < p.m * p.top_k) {
         ar = id / p.a_rows_per_token;

@@ -5,7 +5,8 @@
  * expert -1), grouped-contiguous (padded segments) and grouped-masked, with experts
  * that get no tokens, at M = 1, 7, 64, 333 tokens. The metadata is uploaded before each
  * launch, so the down and grouped launches say routing_ready, as the MoE layer's down GEMM
- * does: their decode tiles read it before the grid dependency (gemm_pdl.cuh).
+ * does: their decode tiles read it before the grid dependency (gemm_pdl.cuh). A routing
+ * count past the rows its buffers hold (max_padded) is held to them on the device.
  */
 #include "gemm_moe_util.h"
 
@@ -64,6 +65,45 @@ static void bf16_layouts_match_reference(void **state) {
   layouts_match_reference(&cases[3], __func__);
 }
 
+/* Indexed launches whose *num_padded says INT32_MAX: the kernels read no row past
+ * max_padded (sentinel rows of expert -1 here), so the output is the reference's for the
+ * true count, at decode (the 8-row tiles) and past it. */
+static void indexed_count_past_bound_is_clamped(void **state) {
+  (void)state;
+  const gt_case *c = &cases[0];
+  hm_rng rng;
+  hm_rng_seed(&rng, hm_test_seed(__func__));
+  gt_layer_data d;
+  gt_layer_data_make(&rng, c, &d);
+  hm_layer *l = gt_layer_make(engine, c, &d);
+  int failed = 0;
+  for (int64_t m = 1; m <= 64; m *= 8)
+    for (int down = 0; down < 2; down++) {
+      int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
+      gt_route(&rng, m, c->experts, ids);
+      const int block_m = hm_layer_block_m(l, m * GT_TOP_K);
+      gt_indexed_meta x;
+      gt_build_indexed(ids, m * GT_TOP_K, c->experts, block_m, &x);
+      for (int64_t q = x.num_padded; q < x.max_padded; q++) x.sorted_ids[q] = (int32_t)(m * GT_TOP_K);
+      for (int64_t b = x.num_padded / block_m; b < x.max_padded / block_m; b++) x.expert_ids[b] = -1;
+      const int64_t a_rows = down ? m * GT_TOP_K : m, c_rows = m * GT_TOP_K;
+      void *a = gt_random(&rng, c->act, a_rows * c->k, 1.0f);
+      float *topk_w = down ? gt_topk_weights(&rng, c_rows) : NULL;
+      hm_gemm_args args = gt_indexed_args(&x, m, block_m, GT_TOP_K, down, topk_w);
+      args.a = a;
+      void *out = gt_alloc((size_t)(c_rows * c->n) * 2), *ref = gt_alloc((size_t)(c_rows * c->n) * 2);
+      gt_reference(c, &d, &args, c_rows, ref);
+      x.num_padded = INT32_MAX;
+      gt_device_run(engine, l, &args, a_rows, c->k, c_rows, c->n, c->experts, out);
+      failed += !gt_moe_check(c, down ? "indexed-down count INT32_MAX" : "indexed-gate_up count INT32_MAX", m,
+                              out, ref, c_rows);
+      free(ids), free(x.sorted_ids), free(x.expert_ids), free(a), free(topk_w), free(out), free(ref);
+    }
+  hm_layer_destroy(l);
+  gt_layer_data_free(&d);
+  if (failed) fail_msg("%d indexed launches past their bound wrong", failed);
+}
+
 int main(void) {
   engine = hm_test_cuda_engine_or_skip();
   if (engine == NULL) return HM_TEST_SKIP;
@@ -72,6 +112,7 @@ int main(void) {
       cmocka_unit_test(i4_bias_layouts_match_reference),
       cmocka_unit_test(u8_channel_layouts_match_reference),
       cmocka_unit_test(bf16_layouts_match_reference),
+      cmocka_unit_test(indexed_count_past_bound_is_clamped),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

@@ -79,7 +79,8 @@ typedef struct hm_gemm_args {
   const int32_t *sorted_ids;     /* indexed: token*top_k+slot, or sentinel m*top_k */
   const int32_t *expert_ids;     /* indexed: expert per block of block_m rows, -1 skips */
   const int32_t *num_padded;     /* indexed: device scalar, rows of sorted_ids in use */
-  int64_t max_padded;            /* indexed: host upper bound of *num_padded */
+  int64_t max_padded;            /* indexed: host upper bound of *num_padded, the rows
+                                  * sorted_ids holds; a larger count is read as this */
   int block_m;                   /* indexed: block size the metadata was padded to; contiguous:
                                   * each segment's padding, 0 if unknown (it lets the kernel
                                   * choice estimate the rows routed, not the rows padded) */

@@ -6,6 +6,8 @@
  * 128-byte swizzle row by bm rows) and the kernel argument that reaches the launch.
  * Dense, contiguous and masked W8A8 and W4A16 launches encode one; indexed launches and
  * plain kernels do not; a failed encode fails the launch before anything is launched.
+ * Indexed launches also carry max_padded, the bound the kernels hold *num_padded to, and
+ * one past int32 fails before anything is launched.
  */
 #include <stdio.h>
 #include <string.h>
@@ -193,11 +195,36 @@ static void failed_encode_fails_the_launch(void **state) {
   assert_non_null(strstr(hm_last_error(), "cuTensorMapEncodeTiled"));
 }
 
+static void indexed_launches_carry_their_row_bound(void **state) {
+  (void)state;
+  const hm_gemm_config cfg = large_m_config("w4a16", HM_GEMM_INDEXED);
+  HM_ASSERT_OK(launch(&cfg, 4096));
+  assert_int_equal(seen.launches, 1);
+  assert_int_equal(seen.params.max_padded, 4096 + cfg.tuning.bm * cfg.layer.experts);
+  hm_gemm_args args = {.type = HM_GEMM_INDEXED,
+                       .m = 1,
+                       .a = a_rows,
+                       .c = c_rows,
+                       .sorted_ids = ids,
+                       .expert_ids = ids,
+                       .num_padded = &num_padded,
+                       .max_padded = (int64_t)INT32_MAX + 1,
+                       .block_m = cfg.tuning.bm,
+                       .top_k = 1,
+                       .a_rows_per_token = 1};
+  const hm_gemm_operands ops = {.weight = weights, .scales = weights};
+  assert_int_equal(hm_gemm_launch(metadata_kernel(&cfg), &cfg, engine.sm_count, &ops, &args, workspace, NULL),
+                   HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "max_padded"));
+  assert_int_equal(seen.launches, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(large_m_launches_encode_the_token_tensor, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(other_launches_encode_nothing, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(failed_encode_fails_the_launch, setup, tj_teardown),
+      cmocka_unit_test_setup_teardown(indexed_launches_carry_their_row_bound, setup, tj_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

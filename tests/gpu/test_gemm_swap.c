@@ -12,9 +12,10 @@
  * unit tile (bk 512 on eight k-warps, heuristics/choose.c). All cases run and print before
  * the test fails. The MoE checks are a test a GEMM type, so that a device call runs them
  * side by side (scripts/device-ab.sh run_cases): as one they took over 280 s on an H100
- * (docs/PERF.md, thirty-third and thirty-fourth sessions). In about half its processes the
- * indexed one stalls for minutes on its first block_m 16 down run of the second tuning,
- * with the right result (thirty-sixth session; the cause is not known yet).
+ * (docs/PERF.md, thirty-third and thirty-fourth sessions). The indexed one's down runs of
+ * data-parallel tunings, whose grids have spare CTAs, stalled for minutes in a third of
+ * its processes until the prefetch stopped dividing by a min_iters of 0 (hm_sk_split.cuh;
+ * thirty-sixth and thirty-seventh sessions).
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"

@@ -32,6 +32,17 @@ static void decode_shapes(void **state) {
   assert_int_equal(hm_sk_ctas(150, 10, 132, 4), 132);
 }
 
+/* Nothing to split takes no CTA, and a data-parallel kernel's min_iters of 0 counts as 1:
+ * a division by it ran a decode prefetch's spare CTAs for minutes (hm_sk_split.cuh). */
+static void no_tiles_and_no_min_iters(void **state) {
+  (void)state;
+  assert_int_equal(hm_sk_ctas(0, 16, 114, 0), 0);
+  assert_int_equal(hm_sk_ctas(0, 2, 110, 4), 0);
+  assert_int_equal(hm_sk_ctas(3, 0, 132, 4), 0);
+  assert_int_equal(hm_sk_ctas(5, 7, 132, 0), hm_sk_ctas(5, 7, 132, 1));
+  assert_int_equal(hm_sk_ctas(32, 64, 132, 0), 128);
+}
+
 /* The ranges of ctas CTAs cover iterations [0, iters) once, in order, each owned by its CTA. */
 static void check_cover(int iters, int ctas) {
   assert_true(hm_sk_begin(0, iters, ctas) == 0);
@@ -78,6 +89,7 @@ static void ranges_cover_and_align(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(data_parallel_waves),
+      cmocka_unit_test(no_tiles_and_no_min_iters),
       cmocka_unit_test(decode_shapes),
       cmocka_unit_test(ranges_cover_and_align),
   };

@@ -26,9 +26,9 @@ HM_SK_FN int hm_sk_dp_tiles(int tiles, int grid, int stream_k) {
 // up to an eighth of the CTAs left idle (dense decode: 32 tiles on 132 SMs run on 128,
 // 8 % faster on the H200). None where nothing is split. A data-parallel kernel's min_iters
 // is 0 and counts as 1: in a kernel it is a compile-time constant, and a division by a
-// constant 0 is undefined, which left `ctas` a stale register and the loop below counting
-// down through up to 2^31 divisors: a decode prefetch's spare CTAs ran minutes in it
-// (docs/PERF.md, thirty-seventh session).
+// constant 0 is undefined. nvcc folded it (the count became the grid), and the division
+// by zero tiles after it sent the loop below counting down through up to 2^31 divisors: a
+// decode prefetch's spare CTAs ran minutes in it (docs/PERF.md, thirty-seventh session).
 HM_SK_FN int hm_sk_ctas(int tiles, int k_iters, int grid, int min_iters) {
   if (tiles < 1 || k_iters < 1) return 0;
   const int cap = tiles * k_iters / (min_iters < 1 ? 1 : min_iters);

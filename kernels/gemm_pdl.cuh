@@ -103,9 +103,8 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
     int t = blockIdx.x, kb = 0, count = T::k_iters;
     if (t >= dp) {
       const int iters = (tiles - dp) * T::k_iters;
-      if (iters == 0) return;  // a spare CTA of a data-parallel launch, or no Stream-K tiles
       const int ctas = hm_sk_ctas(tiles - dp, T::k_iters, p.grid, C::sk_min_iters);
-      if ((int)blockIdx.x >= ctas) return;
+      if (iters == 0 || (int)blockIdx.x >= ctas) return;
       const int it = hm_sk_begin(blockIdx.x, iters, ctas), end = hm_sk_begin(blockIdx.x + 1, iters, ctas);
       t = dp + it / T::k_iters;
       kb = it % T::k_iters;

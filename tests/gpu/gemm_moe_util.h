@@ -39,7 +39,8 @@ typedef struct gt_indexed_meta {
 } gt_indexed_meta;
 
 /* sorted_ids of the slots' ids per expert, padded to block_m with the sentinel (slots);
- * the last block goes to expert -1. */
+ * the last block, and every row past it up to max_padded, go to expert -1 (as moe_align
+ * leaves them). */
 static inline void gt_build_indexed(const int32_t *ids, int64_t slots, int64_t experts, int block_m,
                                     gt_indexed_meta *x) {
   x->max_padded = slots + (experts + 1) * block_m;
@@ -53,9 +54,10 @@ static inline void gt_build_indexed(const int32_t *ids, int64_t slots, int64_t e
     while (p % block_m) x->sorted_ids[p++] = (int32_t)slots;
     for (int64_t b = start / block_m; b < p / block_m; b++) x->expert_ids[b] = e;
   }
-  for (int i = 0; i < block_m; i++) x->sorted_ids[p++] = (int32_t)slots;
-  x->expert_ids[p / block_m - 1] = -1;
-  x->num_padded = (int32_t)p;
+  x->num_padded = (int32_t)(p + block_m);
+  for (; p < x->max_padded; p++) x->sorted_ids[p] = (int32_t)slots;
+  for (int64_t b = x->num_padded / block_m - 1; b < (x->max_padded + block_m - 1) / block_m; b++)
+    x->expert_ids[b] = -1;
 }
 
 /* Top-k weights of `rows` output rows, uniform in [0, 1). */
@@ -120,8 +122,10 @@ static inline bool gt_moe_check(const gt_case *c, const char *layout, int64_t m,
   return ok;
 }
 
-static inline bool gt_moe_indexed(const gt_moe_runner *r, hm_rng *rng, const gt_case *c,
-                                  const gt_layer_data *d, int64_t m, bool down) {
+/* An indexed run against the reference; past_bound: the device is told a count of
+ * INT32_MAX, which the kernels hold to max_padded (gemm_sched.cuh hm_indexed_rows). */
+static inline bool gt_moe_indexed_with(const gt_moe_runner *r, hm_rng *rng, const gt_case *c,
+                                       const gt_layer_data *d, int64_t m, bool down, bool past_bound) {
   int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
   gt_route(rng, m, c->experts, ids);
   gt_indexed_meta x;
@@ -134,10 +138,19 @@ static inline bool gt_moe_indexed(const gt_moe_runner *r, hm_rng *rng, const gt_
   args.a = a;
   void *out = gt_alloc((size_t)(c_rows * c->n) * 2), *ref = gt_alloc((size_t)(c_rows * c->n) * 2);
   gt_reference(c, d, &args, c_rows, ref);
+  if (past_bound) x.num_padded = INT32_MAX;
   gt_device_run_with(r->engine, r->fn, r->ctx, &args, a_rows, c->k, c_rows, c->n, c->experts, out);
-  const bool ok = gt_moe_check(c, down ? "indexed-down+topk_w" : "indexed-gate_up", m, out, ref, c_rows);
+  char layout[48];
+  snprintf(layout, sizeof(layout), "%s%s", down ? "indexed-down+topk_w" : "indexed-gate_up",
+           past_bound ? " count INT32_MAX" : "");
+  const bool ok = gt_moe_check(c, layout, m, out, ref, c_rows);
   free(ids), free(x.sorted_ids), free(x.expert_ids), free(a), free(topk_w), free(out), free(ref);
   return ok;
+}
+
+static inline bool gt_moe_indexed(const gt_moe_runner *r, hm_rng *rng, const gt_case *c,
+                                  const gt_layer_data *d, int64_t m, bool down) {
+  return gt_moe_indexed_with(r, rng, c, d, m, down, false);
 }
 
 /* Segments in expert order, each padded by 0..5 unused rows. */

@@ -66,8 +66,8 @@ static void bf16_layouts_match_reference(void **state) {
 }
 
 /* Indexed launches whose *num_padded says INT32_MAX: the kernels read no row past
- * max_padded (sentinel rows of expert -1 here), so the output is the reference's for the
- * true count, at decode (the 8-row tiles) and past it. */
+ * max_padded (sentinel rows of expert -1), so the output is the reference's for the true
+ * count, at decode (the 8-row tiles) and past it. */
 static void indexed_count_past_bound_is_clamped(void **state) {
   (void)state;
   const gt_case *c = &cases[0];
@@ -76,29 +76,10 @@ static void indexed_count_past_bound_is_clamped(void **state) {
   gt_layer_data d;
   gt_layer_data_make(&rng, c, &d);
   hm_layer *l = gt_layer_make(engine, c, &d);
+  const gt_moe_runner r = {engine, gt_forward, l, layer_block_m};
   int failed = 0;
   for (int64_t m = 1; m <= 64; m *= 8)
-    for (int down = 0; down < 2; down++) {
-      int32_t *ids = gt_alloc((size_t)(m * GT_TOP_K) * 4);
-      gt_route(&rng, m, c->experts, ids);
-      const int block_m = hm_layer_block_m(l, m * GT_TOP_K);
-      gt_indexed_meta x;
-      gt_build_indexed(ids, m * GT_TOP_K, c->experts, block_m, &x);
-      for (int64_t q = x.num_padded; q < x.max_padded; q++) x.sorted_ids[q] = (int32_t)(m * GT_TOP_K);
-      for (int64_t b = x.num_padded / block_m; b < x.max_padded / block_m; b++) x.expert_ids[b] = -1;
-      const int64_t a_rows = down ? m * GT_TOP_K : m, c_rows = m * GT_TOP_K;
-      void *a = gt_random(&rng, c->act, a_rows * c->k, 1.0f);
-      float *topk_w = down ? gt_topk_weights(&rng, c_rows) : NULL;
-      hm_gemm_args args = gt_indexed_args(&x, m, block_m, GT_TOP_K, down, topk_w);
-      args.a = a;
-      void *out = gt_alloc((size_t)(c_rows * c->n) * 2), *ref = gt_alloc((size_t)(c_rows * c->n) * 2);
-      gt_reference(c, &d, &args, c_rows, ref);
-      x.num_padded = INT32_MAX;
-      gt_device_run(engine, l, &args, a_rows, c->k, c_rows, c->n, c->experts, out);
-      failed += !gt_moe_check(c, down ? "indexed-down count INT32_MAX" : "indexed-gate_up count INT32_MAX", m,
-                              out, ref, c_rows);
-      free(ids), free(x.sorted_ids), free(x.expert_ids), free(a), free(topk_w), free(out), free(ref);
-    }
+    for (int down = 0; down < 2; down++) failed += !gt_moe_indexed_with(&r, &rng, c, &d, m, down, true);
   hm_layer_destroy(l);
   gt_layer_data_free(&d);
   if (failed) fail_msg("%d indexed launches past their bound wrong", failed);

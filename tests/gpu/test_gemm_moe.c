@@ -23,25 +23,38 @@ static const int64_t m_list[] = {1, 7, 64, 333};
 
 static int layer_block_m(void *layer, int64_t valid_m) { return hm_layer_block_m(layer, valid_m); }
 
+/* A layer of case c on the device, its host data and seeded generator, and its runner. */
+typedef struct moe_layer {
+  hm_rng rng;
+  gt_layer_data d;
+  gt_moe_runner r;
+} moe_layer;
+
+static void moe_layer_make(moe_layer *x, const gt_case *c, const char *seed) {
+  hm_rng_seed(&x->rng, hm_test_seed(seed));
+  gt_layer_data_make(&x->rng, c, &x->d);
+  x->r = (gt_moe_runner){engine, gt_forward, gt_layer_make(engine, c, &x->d), layer_block_m};
+}
+
+static void moe_layer_free(moe_layer *x) {
+  hm_layer_destroy(x->r.ctx);
+  gt_layer_data_free(&x->d);
+}
+
 /* Every layout at every M for one format. A case a format, so that a device run can give
  * each its own process and cores (scripts/device-ab.sh CASES_JOBS): the kernels of the four
  * formats compiled in one process ran past 281 s on an H100 (thirty-second session). */
 static void layouts_match_reference(const gt_case *c, const char *seed) {
-  hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed(seed));
-  gt_layer_data d;
-  gt_layer_data_make(&rng, c, &d);
-  hm_layer *l = gt_layer_make(engine, c, &d);
-  const gt_moe_runner r = {engine, gt_forward, l, layer_block_m};
+  moe_layer x;
+  moe_layer_make(&x, c, seed);
   int failed = 0;
   for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
-    failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], false);
-    failed += !gt_moe_indexed(&r, &rng, c, &d, m_list[j], true);
-    failed += !gt_moe_contiguous(&r, &rng, c, &d, m_list[j]);
-    failed += !gt_moe_masked(&r, &rng, c, &d, m_list[j]);
+    failed += !gt_moe_indexed(&x.r, &x.rng, c, &x.d, m_list[j], false);
+    failed += !gt_moe_indexed(&x.r, &x.rng, c, &x.d, m_list[j], true);
+    failed += !gt_moe_contiguous(&x.r, &x.rng, c, &x.d, m_list[j]);
+    failed += !gt_moe_masked(&x.r, &x.rng, c, &x.d, m_list[j]);
   }
-  hm_layer_destroy(l);
-  gt_layer_data_free(&d);
+  moe_layer_free(&x);
   if (failed) fail_msg("%s: %d MoE cases out of bound", c->name, failed);
 }
 
@@ -71,17 +84,12 @@ static void bf16_layouts_match_reference(void **state) {
 static void indexed_count_past_bound_is_clamped(void **state) {
   (void)state;
   const gt_case *c = &cases[0];
-  hm_rng rng;
-  hm_rng_seed(&rng, hm_test_seed(__func__));
-  gt_layer_data d;
-  gt_layer_data_make(&rng, c, &d);
-  hm_layer *l = gt_layer_make(engine, c, &d);
-  const gt_moe_runner r = {engine, gt_forward, l, layer_block_m};
+  moe_layer x;
+  moe_layer_make(&x, c, __func__);
   int failed = 0;
   for (int64_t m = 1; m <= 64; m *= 8)
-    for (int down = 0; down < 2; down++) failed += !gt_moe_indexed_with(&r, &rng, c, &d, m, down, true);
-  hm_layer_destroy(l);
-  gt_layer_data_free(&d);
+    for (int down = 0; down < 2; down++) failed += !gt_moe_indexed_with(&x.r, &x.rng, c, &x.d, m, down, true);
+  moe_layer_free(&x);
   if (failed) fail_msg("%d indexed launches past their bound wrong", failed);
 }
 

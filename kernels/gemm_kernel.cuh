@@ -62,7 +62,7 @@ __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, c
   __syncthreads();
   tr.once(HM_TRACE_MAPS);
   if constexpr (L::fill_before_wait) {
-    constexpr int early = C::stages - 1 < HM_EARLY_STAGES ? C::stages - 1 : HM_EARLY_STAGES;
+    constexpr int early = hm_early_stages<C>;
     if (first) {
       L::template fill<HM_LOAD_WEIGHTS, 0, early>(p, tile, kb, ke, smem, maps.a_row);
       hm_pdl_wait(tr);

@@ -85,13 +85,14 @@ struct hm_pdl_route {
 };
 
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
-// first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, one
-// bulk prefetch per unit column (sm_90), issued by the first warp. Decode tiles only: of a
-// dense launch, and of a grouped one whose routing was ready before it started
-// (p.routing_ready): the MoE down GEMM's, a launch after the one that routed. Its first
-// stages then come from L2 after the wait instead of in the burst of every CTA's first
-// DRAM reads. T: the kernel's traits (unit layout (E, N/64, K-steps)).
-template <class C, class T>
+// first whole tile, else the start of its Stream-K range; its k-tiles [FROM, TO) counted
+// from the segment's first, one bulk prefetch into L2 per unit column (sm_90), issued by
+// the first warp. Decode tiles only: of a dense launch, and of a grouped one whose routing
+// was ready before it started (p.routing_ready): the MoE down GEMM's, a launch after the
+// one that routed. Its first stages then come from L2 after the wait instead of in the
+// burst of every CTA's first DRAM reads. T: the kernel's traits (unit layout (E, N/64,
+// K-steps)).
+template <class C, class T, int FROM = 0, int TO = C::stages>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (C::bm <= 16) {
@@ -114,7 +115,8 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
     const int col = (t % T::n_tiles) * T::bn_units + (int)threadIdx.x;
     // The last tile's columns past N; k0 < k16 as kb < k_iters.
     if (e < 0 || (int)threadIdx.x >= T::bn_units || col >= T::n_units) return;
-    const int k0 = kb * T::steps, k1 = (kb + (count < C::stages ? count : C::stages)) * T::steps;
+    if (count <= FROM) return;
+    const int k0 = (kb + FROM) * T::steps, k1 = (kb + (count < TO ? count : TO)) * T::steps;
     const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
     const long long unit = (long long)e * T::n_units + col;
     const unsigned char *src = (const unsigned char *)p.b + (unit * T::k16 + k0) * T::unit_bytes;
@@ -153,5 +155,7 @@ __device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p, hm_trace_c
   if constexpr (!T::fill_before_wait) {
     hm_pdl_prefetch_weights<C, T>(p);
     if (!hm_pdl_maps_early<C>(p)) hm_pdl_wait(tr);
+  } else if constexpr (HM_EARLY_L2_STAGES > 0) {
+    hm_pdl_prefetch_weights<C, T, hm_early_stages<C>, hm_early_stages<C> + HM_EARLY_L2_STAGES>(p);
   }
 }

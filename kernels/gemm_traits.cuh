@@ -39,8 +39,12 @@ struct hm_sync_smem {
 // A tile that has its SM to itself (C::exclusive_sm, the launch's hm_gemm_exclusive_sm: a
 // dense decode tile run one CTA an SM on sm_90) copies its first weight stages before the
 // grid dependency (gemm_pdl.cuh), the first HM_EARLY_STAGES at most: the rest of the ring
-// fills after the wait.
-constexpr int HM_EARLY_STAGES = 3;
+// fills after the wait. It then warms the HM_EARLY_L2_STAGES k-tiles after those in L2,
+// for where the loop, not the DRAM, sets the pace (an H200) and the DRAM has room in the
+// wait. Both come from the generated source (gemm_gen.c: HUMMING_PDL_EARLY_STAGES, 3, and
+// HUMMING_PDL_EARLY_L2, 0), so that one build can time them.
+template <class C>
+constexpr int hm_early_stages = C::stages - 1 < HM_EARLY_STAGES ? C::stages - 1 : HM_EARLY_STAGES;
 
 // The weight-only kernels' tile counts and pipeline stage: the activation tile, weight
 // units, scales and zero points, padded to ALIGN bytes (128; 1024 for the wgmma kernel, the

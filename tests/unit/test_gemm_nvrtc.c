@@ -151,6 +151,36 @@ static void traced_kernels_compile(void **state) {
   hm_params_reload();
 }
 
+/* HUMMING_PDL_EARLY_STAGES and HUMMING_PDL_EARLY_L2 reach the generated source (the
+ * defaults, 3 and 0, too), and the tiles that fill before the grid dependency compile with
+ * more early stages and the L2 warm-up after them: the weight-only unit tiles and W8A8's
+ * dense decode tile, on sm_90a (the only arch that waits). */
+static void early_weights_reach_the_source(void **state) {
+  (void)state;
+  static tg_batch b;
+  const hm_layer_config fp8 = hm_test_layer_config("w8a8-fp8", 7168, 2048, 1, 0);
+  hm_gemm_config c;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&fp8, HM_GEMM_DENSE, 90, &c));
+  HM_ASSERT_OK(hm_gemm_select(&c, 1, &c));
+  assert_true(hm_gemm_exclusive_sm(&c));
+  hm_gemm_source dflt;
+  HM_ASSERT_OK(hm_gemm_gen(&c, &dflt));
+  assert_non_null(strstr(dflt.text, "#define HM_EARLY_STAGES 3\n#define HM_EARLY_L2_STAGES 0\n"));
+  hm_gemm_source_free(&dflt);
+
+  setenv("HUMMING_PDL_EARLY_STAGES", "5", 1);
+  setenv("HUMMING_PDL_EARLY_L2", "4", 1);
+  hm_params_reload();
+  add_deep_decode(&b, 90);
+  tg_add_gemm(&b, &c);
+  for (int i = 0; i < b.count; i++)
+    assert_non_null(strstr(b.src[i].text, "#define HM_EARLY_STAGES 5\n#define HM_EARLY_L2_STAGES 4\n"));
+  tg_compile_all(b.src, b.count, "early-weights GEMM");
+  unsetenv("HUMMING_PDL_EARLY_STAGES");
+  unsetenv("HUMMING_PDL_EARLY_L2");
+  hm_params_reload();
+}
+
 static void plans_are_consistent(void **state) {
   (void)state;
   for (int inv = 0; inv < 2; inv++)
@@ -250,6 +280,7 @@ int main(void) {
       cmocka_unit_test(illegal_configs_are_refused),
       cmocka_unit_test(every_variant_compiles_for_sm80_and_sm90a),
       cmocka_unit_test(traced_kernels_compile),
+      cmocka_unit_test(early_weights_reach_the_source),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

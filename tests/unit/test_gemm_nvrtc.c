@@ -5,8 +5,9 @@
  * type, bias (formats rotate over the tunings of the M plan), every GEMM type with
  * every tuning, batch invariance, the swapped 8-row decode kernel of each quantized
  * format, the one-unit decode tile at its deepest ring and at bk 512, and the transform
- * kernels; on the JIT thread pool. Also the plan's invariants and the legality checks of
- * configs.
+ * kernels; on the JIT thread pool. Also the traced kernels, the decode tiles with more
+ * early weight stages and an L2 warm-up (HUMMING_PDL_EARLY_*), the plan's invariants and
+ * the legality checks of configs.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,11 +29,12 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_gemm_maps_at(unsigned char *smem
   return maps;
 }
 
-// The mainloop a kernel body runs (fill: its first stages; run: the rest) and its shared
-// layout: the weight-only one by default; the W8A8 kernel brings its own
-// (gemm_w8a8_kernel.cuh) and shares the rest of this file.
+// The mainloop a kernel body runs (fill: its first stages; run: the rest), its traits (the
+// weight units' layout) and its shared layout: the weight-only one by default; the W8A8
+// kernel brings its own (gemm_w8a8_kernel.cuh) and shares the rest of this file.
 template <class C>
 struct hm_sync_loop {
+  using traits = hm_gemm_traits<C>;
   using smem = typename hm_gemm_traits<C>::smem;
   static constexpr bool fill_before_wait = hm_gemm_traits<C>::fill_before_wait;
   template <int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
@@ -65,6 +66,11 @@ __device__ __forceinline__ void hm_gemm_begin_segment(const hm_gemm_params &p, c
     constexpr int early = hm_early_stages<C>;
     if (first) {
       L::template fill<HM_LOAD_WEIGHTS, 0, early>(p, tile, kb, ke, smem, maps.a_row);
+      // The k-tiles after the early stages, warmed behind their copies (HM_EARLY_L2_STAGES).
+      constexpr int warm = HM_EARLY_L2_STAGES;
+      if (warm > 0 && threadIdx.x < 32)
+        hm_pdl_warm_weights<typename L::traits>(p, tile.e, tile.n_tile, kb + early,
+                                                kb + early + warm < ke ? kb + early + warm : ke);
       hm_pdl_wait(tr);
       L::template fill<HM_LOAD_ACTS, 0, early>(p, tile, kb, ke, smem, maps.a_row);
       L::template fill<HM_LOAD_ALL, early>(p, tile, kb, ke, smem, maps.a_row);

@@ -84,15 +84,30 @@ struct hm_pdl_route {
   }
 };
 
+// Warms k-tiles [kb, ke) of n-tile n_tile of expert e in L2: lane l of the calling warp
+// prefetches unit column l of the tile (sm_90), one bulk prefetch a column. T: the
+// kernel's traits (unit layout (E, N/64, K-steps)).
+template <class T>
+__device__ __forceinline__ void hm_pdl_warm_weights(const hm_gemm_params &p, int e, int n_tile, int kb, int ke) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int lane = threadIdx.x & 31, col = n_tile * T::bn_units + lane;
+  // The last tile's columns past N; k0 < k16 as kb < k_iters.
+  if (lane >= T::bn_units || col >= T::n_units || kb >= ke) return;
+  const int k0 = kb * T::steps, k1 = ke * T::steps < T::k16 ? ke * T::steps : T::k16;
+  const unsigned bytes = (unsigned)((k1 - k0) * T::unit_bytes);
+  const long long unit = (long long)e * T::n_units + col;
+  const unsigned char *src = (const unsigned char *)p.b + (unit * T::k16 + k0) * T::unit_bytes;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
 // Weights of the CTA's first segment under the persistent schedule (hm_gemm_run): its
-// first whole tile, else the start of its Stream-K range; its k-tiles [FROM, TO) counted
-// from the segment's first, one bulk prefetch into L2 per unit column (sm_90), issued by
-// the first warp. Decode tiles only: of a dense launch, and of a grouped one whose routing
-// was ready before it started (p.routing_ready): the MoE down GEMM's, a launch after the
-// one that routed. Its first stages then come from L2 after the wait instead of in the
-// burst of every CTA's first DRAM reads. T: the kernel's traits (unit layout (E, N/64,
-// K-steps)).
-template <class C, class T, int FROM = 0, int TO = C::stages>
+// first whole tile, else the start of its Stream-K range; at most `stages` k-tiles, warmed
+// in L2 by the first warp. Decode tiles only: of a dense launch, and of a grouped one whose
+// routing was ready before it started (p.routing_ready): the MoE down GEMM's, a launch
+// after the one that routed. Its first stages then come from L2 after the wait instead of
+// in the burst of every CTA's first DRAM reads.
+template <class C, class T>
 __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (C::bm <= 16) {
@@ -112,15 +127,7 @@ __device__ __forceinline__ void hm_pdl_prefetch_weights(const hm_gemm_params &p)
       count = end - it < T::k_iters - kb ? end - it : T::k_iters - kb;
     }
     const int e = route.expert(p, t);
-    const int col = (t % T::n_tiles) * T::bn_units + (int)threadIdx.x;
-    // The last tile's columns past N; k0 < k16 as kb < k_iters.
-    if (e < 0 || (int)threadIdx.x >= T::bn_units || col >= T::n_units) return;
-    if (count <= FROM) return;
-    const int k0 = (kb + FROM) * T::steps, k1 = (kb + (count < TO ? count : TO)) * T::steps;
-    const unsigned bytes = (unsigned)(((k1 < T::k16 ? k1 : T::k16) - k0) * T::unit_bytes);
-    const long long unit = (long long)e * T::n_units + col;
-    const unsigned char *src = (const unsigned char *)p.b + (unit * T::k16 + k0) * T::unit_bytes;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+    if (e >= 0) hm_pdl_warm_weights<T>(p, e, t % T::n_tiles, kb, kb + (count < C::stages ? count : C::stages));
   }
 #endif
 }
@@ -155,7 +162,5 @@ __device__ __forceinline__ void hm_pdl_enter(const hm_gemm_params &p, hm_trace_c
   if constexpr (!T::fill_before_wait) {
     hm_pdl_prefetch_weights<C, T>(p);
     if (!hm_pdl_maps_early<C>(p)) hm_pdl_wait(tr);
-  } else if constexpr (HM_EARLY_L2_STAGES > 0) {
-    hm_pdl_prefetch_weights<C, T, hm_early_stages<C>, hm_early_stages<C> + HM_EARLY_L2_STAGES>(p);
   }
 }

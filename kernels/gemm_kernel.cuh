@@ -35,8 +35,8 @@ __device__ __forceinline__ hm_gemm_smem_maps hm_gemm_maps_at(unsigned char *smem
 template <class C>
 struct hm_sync_loop {
   using traits = hm_gemm_traits<C>;
-  using smem = typename hm_gemm_traits<C>::smem;
-  static constexpr bool fill_before_wait = hm_gemm_traits<C>::fill_before_wait;
+  using smem = typename traits::smem;
+  static constexpr bool fill_before_wait = traits::fill_before_wait;
   template <int PART = HM_LOAD_ALL, int S0 = 0, int S1 = C::stages - 1>
   __device__ static __forceinline__ void fill(const hm_gemm_params &p, const hm_tile &tile, int kb, int ke,
                                               unsigned char *smem, const int *a_row) {

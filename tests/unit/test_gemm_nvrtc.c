@@ -160,9 +160,9 @@ static void early_weights_reach_the_source(void **state) {
   (void)state;
   static tg_batch b;
   const hm_layer_config fp8 = hm_test_layer_config("w8a8-fp8", 7168, 2048, 1, 0);
-  hm_gemm_config c;
-  HM_ASSERT_OK(hm_gemm_config_from_layer(&fp8, HM_GEMM_DENSE, 90, &c));
-  HM_ASSERT_OK(hm_gemm_select(&c, 1, &c));
+  hm_gemm_config base, c;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&fp8, HM_GEMM_DENSE, 90, &base));
+  HM_ASSERT_OK(hm_gemm_select(&base, 1, &c));
   assert_true(hm_gemm_exclusive_sm(&c));
   hm_gemm_source dflt;
   HM_ASSERT_OK(hm_gemm_gen(&c, &dflt));

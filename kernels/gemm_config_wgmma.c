@@ -28,19 +28,29 @@ int hm_gemm_wgmma_sum_regs(const hm_gemm_config *cfg) {
   return t->ws && t->warps_n >= 4 ? acc + t->bn / (t->warps_n / 4) / 2 : 2 * acc;
 }
 
+/* Consumer warpgroups of a warp-specialized tile. */
+static int ws_consumers(const hm_gemm_tuning *t) {
+  return t->warps_m * t->warps_n / 4;
+}
+
 int hm_gemm_wgmma_max_sum_regs(const hm_gemm_config *cfg) {
-  /* Its consumers get 224 registers (setmaxnreg); the others share 168 or fewer. */
-  return hm_gemm_is_w8a8(&cfg->layer) && cfg->tuning.ws ? 192 : 128;
+  /* The warp-specialized W8A8 consumers get 224 registers (setmaxnreg) as two warpgroups,
+   * 152 as three, ~30 of them for addresses, descriptors and scales; the others share 168
+   * or fewer. */
+  if (!hm_gemm_is_w8a8(&cfg->layer) || !cfg->tuning.ws) return 128;
+  return ws_consumers(&cfg->tuning) == 3 ? 128 : 192;
 }
 
 /* The warp-specialized kernels (gemm_ws_pipe.cuh) split the SM's registers between their
- * producer and two consumer warpgroups: one CTA an SM, 8 computing warps. */
+ * producer and two consumer warpgroups (8 computing warps), one CTA an SM; W8A8 also runs
+ * three of one m64 block each, at 152 registers, too few for the weight-only dequant. */
 static hm_status check_ws(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  if (t->warps_m * t->warps_n != 8 || t->ctas_per_sm != 1)
+  const bool three = ws_consumers(t) == 3 && t->warps_n % 4 == 0 && hm_gemm_is_w8a8(&cfg->layer);
+  if ((t->warps_m * t->warps_n != 8 && !three) || t->ctas_per_sm != 1)
     HM_FAIL(HM_INVALID_ARGUMENT,
             "warp-specialized wgmma: %dx%d warps and %d CTAs an SM (it needs two consumer warpgroups, "
-            "one CTA an SM)",
+            "or three for W8A8, one CTA an SM)",
             t->warps_m, t->warps_n, t->ctas_per_sm);
   return HM_OK;
 }

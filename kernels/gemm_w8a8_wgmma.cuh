@@ -44,7 +44,9 @@ struct hm_w8wg_traits : hm_wg_traits<C> {
 
   static_assert(C::bk == 128, "one 128-byte swizzle row of tokens a stage, one K scale block");
   static_assert((k16 + steps - 1) / steps == G::k_iters, "the schedule counts k-tiles as the kernel does");
-  static_assert(G::threads <= 256, "a thread needs more registers than 3 or 4 warpgroups leave");
+  static_assert(G::threads <= (C::ws ? 384 : 256),
+                "a thread needs more registers than more warpgroups leave (the producer's returned ones "
+                "give three consumer warpgroups 152)");
   static_assert(C::k % 16 == 0, "A rows are copied in 16-byte pieces");
 };
 

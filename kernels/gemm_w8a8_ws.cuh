@@ -11,8 +11,9 @@
 // wgmma N). A thread's accumulators hold two token rows an m64 block, so folding a stage
 // with K-varying scales (128x128 weight blocks, 1x128 token groups) takes two scale
 // products an m64 block, where the C^T tile of gemm_w8a8_wgmma.cuh takes one per token
-// column pair. The consumer warpgroups drift apart: one folds while the other's wgmmas
-// keep the tensor cores busy.
+// column pair. The consumer warpgroups drift apart: one folds while another's wgmmas
+// keep the tensor cores busy. Three warpgroups of one m64 block each (bm 192) wait on
+// their wgmmas once a stage instead of twice, and two others' stand ready to cover it.
 //
 // Scales as in gemm_w8a8_wgmma.cuh: fp8 folds every stage (Hopper's fp8 MMA keeps too few
 // accumulator bits for a whole K); int8 without K-varying scales sums in s32 to the end of
@@ -36,12 +37,15 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
   static constexpr int mt = G::wtm / 64;      // m64 blocks of a warpgroup
   static constexpr int wn_regs = G::wtn / 2;  // accumulators of one m64 block (wgmma N = wtn)
   // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs up to
-  // about 220 of the 224 this leaves it (192 sums, descriptors, scales, addresses).
+  // about 220 of the 224 this leaves two consumer warpgroups (192 sums, descriptors,
+  // scales, addresses), and three get 152 for 128 sums.
   using layout = hm_ws_layout<C, W::pipe_bytes, C::bm * hm_w8ss_c_pitch<C>, 56>;
   static constexpr int smem_bytes = layout::smem_bytes;
+  static constexpr int max_sum_regs = G::threads == 256 ? 192 : 128;  // hm_gemm_wgmma_max_sum_regs
 
   static_assert(G::wtm % 64 == 0, "a warpgroup's tokens are whole m64 blocks");
-  static_assert(G::acc_regs + wn_regs <= 192, "accumulators and one m64 block's sums in a consumer's registers");
+  static_assert(G::acc_regs + wn_regs <= max_sum_regs,
+                "accumulators and one m64 block's sums in a consumer's registers");
   static_assert(G::wtn % 64 == 0 && G::wtn <= 192, "wgmma N of 64, 128 or 192");
   static_assert(!C::w_block || 128 % G::wtn == 0, "a warpgroup's columns lie in one 128-column scale block");
 };

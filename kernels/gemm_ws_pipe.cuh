@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The warp-specialized pipeline of the wgmma kernels (sm_90a), whatever a stage holds. A
-// third warpgroup produces: its four warps fill the row maps of each segment and copy each
-// stage (bulk copies for what is contiguous in global memory, TMA for token tiles of
-// consecutive rows, cp.async for gathered ones); the two consumer warpgroups only wait for
-// full stages, compute, and hand stages back. Nothing but the barriers ties the roles, so
-// the producer runs ahead across segments while the consumers compute and store.
+// warpgroup after the consumers produces: its four warps fill the row maps of each segment
+// and copy each stage (bulk copies for what is contiguous in global memory, TMA for token
+// tiles of consecutive rows, cp.async for gathered ones); the two (or three) consumer
+// warpgroups only wait for full stages, compute, and hand stages back. Nothing but the
+// barriers ties the roles, so the producer runs ahead across segments while the consumers
+// compute and store.
 //
 // All four producer warps copy gathered token rows because one warp cannot issue them fast
 // enough: at bm 128 x bk 128 bf16 a stage is 2048 16-byte copies, ~20 instructions each
@@ -39,14 +40,18 @@ constexpr int hm_ws_producer_bar = 2;  // their named barrier (1 is the consumer
 // of its segment's last stage instead, which the consumers hand back only once it is
 // stored: the producer refills the other slots meanwhile, so the next segment starts on
 // stages - 1 of them.
-// And the registers: 384 threads a CTA get 168 each; the producer warpgroup keeps
-// PRODUCER_REGS and the consumers take what it gives back (56: 224, 80: 208).
+// And the registers: the SM's 64K split evenly at launch (384 threads: 168 each, 512: 128),
+// then the producer warpgroup keeps PRODUCER_REGS and the consumers share what it gives back
+// (two consumer warpgroups: 56 leaves them 224, 80 leaves 208; three: 56 leaves 152).
 template <class C, int PIPE_BYTES, int C_BYTES, int PRODUCER_REGS>
 struct hm_ws_layout {
   static constexpr bool c_in_ring = C_BYTES == 0;
-  static constexpr int consumer_warps = hm_wg_traits<C>::threads / 32;
+  static constexpr int consumers = hm_wg_traits<C>::threads;
+  static constexpr int consumer_warps = consumers / 32;
+  static constexpr int launch_regs = 65536 / (consumers + hm_ws_producers) / 8 * 8;
   static constexpr int producer_regs = PRODUCER_REGS;
-  static constexpr int consumer_regs = (168 * 384 - 128 * PRODUCER_REGS) / 256 / 8 * 8;
+  static constexpr int consumer_regs =
+      (launch_regs * (consumers + hm_ws_producers) - hm_ws_producers * PRODUCER_REGS) / consumers / 8 * 8;
   static constexpr int c_off = PIPE_BYTES;
   static constexpr int bar_off = c_off + C_BYTES;
   static constexpr int bar_count = 2 * C::stages + 4;
@@ -56,8 +61,8 @@ struct hm_ws_layout {
   static constexpr int smem_bytes = 1024 + maps_off + hm_maps_bytes<C, 2 * C::bm>;
 
   static_assert(C::ws, "the warp-specialized kernel of a config that asks for it");
-  static_assert(hm_wg_traits<C>::threads == 256,
-                "two consumer warpgroups: the register split above assumes 384 threads");
+  static_assert(consumers == 256 || consumers == 384, "two or three consumer warpgroups");
+  static_assert(consumer_regs <= 256, "setmaxnreg gives a thread at most 256 registers");
   static_assert(C_BYTES % 8 == 0, "barriers are 8-byte aligned");
 };
 

@@ -85,8 +85,8 @@ static const hm_gemm_tuning wgmma_shapes[] = {
     {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},   /* one warpgroup, 2 CTAs an SM */
 };
 
-/* Warp-specialized: two consumer warpgroups and a producer, one CTA an SM; a warpgroup's
- * tokens are whole m64 blocks (the wgmma M), its columns the wgmma N. */
+/* Warp-specialized: two (or three) consumer warpgroups and a producer, one CTA an SM; a
+ * warpgroup's tokens are whole m64 blocks (the wgmma M), its columns the wgmma N. */
 static const hm_gemm_tuning ws_shapes[] = {
     {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true}, /* the large-M default */
     {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* two m64 blocks a warpgroup, N = 64 */
@@ -94,6 +94,7 @@ static const hm_gemm_tuning ws_shapes[] = {
     {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 64 tokens, N = 128 a warpgroup */
     {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
     {128, 128, 128, 2, 4, 1, 3, true, 1, 1, HM_MMA_WGMMA, true}, /* one-iteration Stream-K pieces, 3 stages */
+    {192, 128, 128, 3, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* three warpgroups of one m64 block */
 };
 
 static void dense_matches_reference(void **state) {

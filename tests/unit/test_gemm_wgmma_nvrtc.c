@@ -99,6 +99,9 @@ static const hm_gemm_tuning w8a8_ws_shapes[] = {
     {128, 128, 128, 1, 8, 1, 3, true, 2, 1, HM_MMA_WGMMA, true}, /* two m64 blocks, N = 64, 3 stages */
 };
 
+/* Three consumer warpgroups of one m64 block each, 152 registers a thread (gemm_ws_pipe.cuh). */
+static const hm_gemm_tuning w8a8_ws3_shape = {192, 128, 128, 3, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
+
 static hm_gemm_config w8a8_config_of(const w8a8_format *f, hm_gemm_type type, const hm_gemm_tuning *t) {
   hm_gemm_config c;
   memset(&c, 0, sizeof(c));
@@ -218,6 +221,17 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
       add(&b, &c);
       assert_non_null(strstr(b.src[b.count - 1].name, "_wgmma_ws"));
     }
+  /* Three consumer warpgroups: fp8 groups' format contiguous, fp8 per-token indexed, int8
+   * (sums kept to the segment's end, no fold) masked. */
+  const int ws3_first = b.count;
+  const struct {
+    size_t format;
+    hm_gemm_type type;
+  } ws3[] = {{0, HM_GEMM_GROUPED_CONTIGUOUS}, {1, HM_GEMM_INDEXED}, {4, HM_GEMM_GROUPED_MASKED}};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(ws3); i++) {
+    const hm_gemm_config c = w8a8_config_of(&w8a8_formats[ws3[i].format], ws3[i].type, &w8a8_ws3_shape);
+    add(&b, &c);
+  }
   hm_kernel_source srcs[HM_ARRAY_SIZE(b.cfg)];
   const hm_cubin *outs[HM_ARRAY_SIZE(b.cfg)];
   for (int i = 0; i < b.count; i++) srcs[i] = b.src[i].src;
@@ -239,6 +253,13 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
     const int r2ur = sass_r2ur_in_wgmma_loops(outs[i]->data, outs[i]->size);
     if (r2ur != 0) printf("R2UR in the mainloop: %s: %d\n", b.src[i].name, r2ur);
     moved += r2ur;
+    /* 128 sums in 152 registers: a spill would cost more than the third warpgroup gains. */
+    if (i >= ws3_first) {
+      hm_kernel_resources r;
+      HM_ASSERT_OK(hm_cubin_kernel_resources(outs[i], b.src[i].name, &r));
+      printf("%s: %u registers, %u bytes of local memory\n", b.src[i].name, r.registers, r.local_bytes);
+      assert_int_equal(r.local_bytes, 0);
+    }
     hm_gemm_source_free(&b.src[i]);
   }
   /* The warp index comes through a shuffle (hm_wg_place_of), so that the descriptors stay
@@ -311,6 +332,20 @@ static void configs_it_cannot_run_are_refused(void **state) {
   c.tuning.bm = 192; /* 96 tokens a warpgroup */
   c.tuning.stages = 3;
   expect_refused(&c, HM_INVALID_ARGUMENT, "m64 blocks");
+  /* Three consumer warpgroups (152 registers a thread) hold one m64 block each, W8A8 only. */
+  c = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_ws3_shape);
+  HM_ASSERT_OK(hm_gemm_config_check(&c));
+  c.tuning.bn = 256; /* 64 + 128 sums */
+  c.tuning.stages = 3;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "accumulators");
+  c = w8a8_config_of(&w8a8_formats[0], HM_GEMM_DENSE, &w8a8_ws3_shape);
+  c.tuning.ws = false;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "at most 2");
+  c.tuning.ws = true;
+  c.tuning.bm = 256;
+  c.tuning.warps_m = 4;
+  c.tuning.stages = 3;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "4x4 warps");
   c = ws;
   c.tuning.bn = 192; /* N = 192 a warpgroup straddles two 128-column scale blocks */
   c.tuning.stages = 3;
@@ -321,6 +356,12 @@ static void configs_it_cannot_run_are_refused(void **state) {
   c.tuning.warps_n = 4; /* one consumer warpgroup */
   c.tuning.bn = 128;
   expect_refused(&c, HM_INVALID_ARGUMENT, "two consumer warpgroups");
+  c = wo;
+  c.tuning.bm = 192; /* three: too few registers for the dequant */
+  c.tuning.warps_m = 3;
+  c.tuning.warps_n = 4;
+  c.tuning.bn = 64;
+  expect_refused(&c, HM_INVALID_ARGUMENT, "or three for W8A8");
   c = wo;
   c.tuning.stages = 4; /* 4 stages of 49 KiB beside the 65 KiB output tile */
   expect_refused(&c, HM_UNSUPPORTED, "shared memory");
@@ -354,6 +395,12 @@ static void shared_memory_accounting(void **state) {
   assert_int_equal(hm_gemm_config_smem_bytes(&ws),
                    1024 + 5 * 33792 + 128 * (128 * 2 + 16) + 14 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
   assert_int_equal(hm_gemm_config_threads(&ws), 384);
+  /* Three consumer warpgroups, bm 192: 4 stages of A 24576 + units 16384 + scales 768
+   * (rounded to 41984), the tile staged beside them, 12 barriers; 512 threads. */
+  const hm_gemm_config ws3 = w8a8_config_of(&w8a8_formats[0], HM_GEMM_GROUPED_MASKED, &w8a8_ws3_shape);
+  assert_int_equal(hm_gemm_config_smem_bytes(&ws3),
+                   1024 + 4 * 41984 + 192 * (128 * 2 + 16) + 12 * 8 + 2 * 3 * 192 * 4 + 4 + 64 * 4);
+  assert_int_equal(hm_gemm_config_threads(&ws3), 512);
   /* Warp-specialized u4 g128 with zero points, bm 128, bn 256, bk 128: 3 stages of A 32768 +
    * units 16384 + scales 512 + zeros 256 (rounded to 50176), the tile staged in bf16 with a
    * pitch of 516 bytes, 10 barriers, two map sets, flag, prefix. */

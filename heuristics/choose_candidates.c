@@ -30,8 +30,9 @@
 /* What a warp-specialized kernel's producer threads keep (gemm_ws_pipe.cuh). */
 #define WS_PRODUCER_REGS 56
 /* A W8A8 warp-specialized consumer beside its sums: descriptors, row scales and addresses,
- * with no fragments (gemm_w8a8_ws.cuh). */
-#define WS_W8A8_BASE_REGS 32
+ * with no fragments (gemm_w8a8_ws.cuh). Three consumer warpgroups hold 128 sums in 152
+ * registers without spilling (ptxas 13.0, test_gemm_wgmma_nvrtc). */
+#define WS_W8A8_BASE_REGS 24
 /*
  * Weight columns one warp (mma.sync) or warpgroup (wgmma) may span, the swapped 8-row tile
  * aside: a thread keeps every unit column's dequantized fragments and scale operands, which

@@ -314,6 +314,10 @@ static void w8a8_moves_to_wgmma_with_rows_per_expert(void **state) {
     assert_int_equal(prefill->mma, HM_MMA_WGMMA);
     assert_int_equal(prefill->bk, 128);
     assert_true(prefill->bm >= 128);
+    /* Three consumer warpgroups (128 sums in 152 registers) pass the candidates' register
+     * rule, which a pinned plan must. */
+    const hm_gemm_tuning three = {192, 128, 128, 3, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, true};
+    assert_true(hm_choose_tuning_legal(&plan.cfg[hm_gemm_plan_pick(&plan, 4096 * 256)], &three, &p));
   }
 }
 

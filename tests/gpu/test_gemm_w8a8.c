@@ -8,7 +8,8 @@
  * expert that gets no tokens. C is poisoned first: every element the reference writes
  * must be written, no other. On sm_90 the same cases run again with the wgmma kernel
  * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes, and
- * again with its warp-specialized form (gemm_w8a8_ws.cuh). f16 accumulation
+ * again with its warp-specialized form (gemm_w8a8_ws.cuh), on two consumer warpgroups
+ * and on three. f16 accumulation
  * (hm_layer_config.fp16_accumulate): fp8 per-channel, mxfp4 and nvfp4 weights with per-token
  * scales, dense and the MoE layouts, and every code at its largest, within a looser bound. The
  * swapped 8-row tile forced on every case and GEMM type (gemm_w8a8_util.h w8_swap8_test),
@@ -85,8 +86,8 @@ static const hm_gemm_tuning wgmma_shapes[] = {
     {64, 64, 128, 1, 4, 1, 4, true, 4, 2, HM_MMA_WGMMA, false},   /* one warpgroup, 2 CTAs an SM */
 };
 
-/* Warp-specialized: two (or three) consumer warpgroups and a producer, one CTA an SM; a
- * warpgroup's tokens are whole m64 blocks (the wgmma M), its columns the wgmma N. */
+/* Warp-specialized: two consumer warpgroups and a producer, one CTA an SM; a warpgroup's
+ * tokens are whole m64 blocks (the wgmma M), its columns the wgmma N. */
 static const hm_gemm_tuning ws_shapes[] = {
     {128, 128, 128, 2, 4, 1, 5, true, 4, 1, HM_MMA_WGMMA, true}, /* the large-M default */
     {128, 128, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* two m64 blocks a warpgroup, N = 64 */
@@ -94,7 +95,12 @@ static const hm_gemm_tuning ws_shapes[] = {
     {64, 256, 128, 1, 8, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},  /* 64 tokens, N = 128 a warpgroup */
     {128, 64, 128, 2, 4, 1, 4, false, 0, 1, HM_MMA_WGMMA, true}, /* 2 token warpgroups, data-parallel */
     {128, 128, 128, 2, 4, 1, 3, true, 1, 1, HM_MMA_WGMMA, true}, /* one-iteration Stream-K pieces, 3 stages */
-    {192, 128, 128, 3, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, true}, /* three warpgroups of one m64 block */
+};
+
+/* Three consumer warpgroups of one m64 block each (512 threads, 152 registers a consumer),
+ * on every case and layout: the rotation above reaches only the first shapes. */
+static const hm_gemm_tuning ws3_shape[] = {
+    {192, 128, 128, 3, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},
 };
 
 static void dense_matches_reference(void **state) {
@@ -155,6 +161,18 @@ static void ws_moe_layouts_match_reference(void **state) {
   (void)state;
   forced_test("w8a8_ws_moe_layouts_match_reference", W8_MOE, ws_shapes, HM_ARRAY_SIZE(ws_shapes),
               "MoE W8A8 warp-specialized");
+}
+
+static void ws3_dense_matches_reference(void **state) {
+  (void)state;
+  forced_test("w8a8_ws3_dense_matches_reference", W8_DENSE, ws3_shape, HM_ARRAY_SIZE(ws3_shape),
+              "dense W8A8 on three consumer warpgroups");
+}
+
+static void ws3_moe_layouts_match_reference(void **state) {
+  (void)state;
+  forced_test("w8a8_ws3_moe_layouts_match_reference", W8_MOE, ws3_shape, HM_ARRAY_SIZE(ws3_shape),
+              "MoE W8A8 on three consumer warpgroups");
 }
 
 static bool f16_acc_or_skip(void) {
@@ -235,6 +253,8 @@ int main(void) {
       cmocka_unit_test(wgmma_moe_layouts_match_reference),
       cmocka_unit_test(ws_dense_matches_reference),
       cmocka_unit_test(ws_moe_layouts_match_reference),
+      cmocka_unit_test(ws3_dense_matches_reference),
+      cmocka_unit_test(ws3_moe_layouts_match_reference),
       cmocka_unit_test(f16_acc_dense_matches_reference),
       cmocka_unit_test(f16_acc_moe_layouts_match_reference),
       cmocka_unit_test(swap8_dense_matches_reference),

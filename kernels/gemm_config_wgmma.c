@@ -35,8 +35,8 @@ static int ws_consumers(const hm_gemm_tuning *t) {
 
 int hm_gemm_wgmma_max_sum_regs(const hm_gemm_config *cfg) {
   /* The warp-specialized W8A8 consumers get 224 registers (setmaxnreg) as two warpgroups,
-   * 152 as three, ~30 of them for addresses, descriptors and scales; the others share 168
-   * or fewer. */
+   * 152 as three; what the sums leave (32, 24) holds addresses, descriptors and scales.
+   * The others share 168 or fewer. */
   if (!hm_gemm_is_w8a8(&cfg->layer) || !cfg->tuning.ws) return 128;
   return ws_consumers(&cfg->tuning) == 3 ? 128 : 192;
 }

@@ -46,8 +46,8 @@ int hm_gemm_wgmma_max_sum_regs(const hm_gemm_config *cfg) {
  * three of one m64 block each, at 152 registers, too few for the weight-only dequant. */
 static hm_status check_ws(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  const bool three = ws_consumers(t) == 3 && t->warps_n % 4 == 0 && hm_gemm_is_w8a8(&cfg->layer);
-  if ((t->warps_m * t->warps_n != 8 && !three) || t->ctas_per_sm != 1)
+  const int consumers = ws_consumers(t); /* warps_n is whole warpgroups (hm_gemm_wgmma_check) */
+  if (!(consumers == 2 || (consumers == 3 && hm_gemm_is_w8a8(&cfg->layer))) || t->ctas_per_sm != 1)
     HM_FAIL(HM_INVALID_ARGUMENT,
             "warp-specialized wgmma: %dx%d warps and %d CTAs an SM (it needs two consumer warpgroups, "
             "or three for W8A8, one CTA an SM)",

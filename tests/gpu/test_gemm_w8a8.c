@@ -98,7 +98,8 @@ static const hm_gemm_tuning ws_shapes[] = {
 };
 
 /* Three consumer warpgroups of one m64 block each (512 threads, 152 registers a consumer),
- * on every case and layout: the rotation above reaches only the first shapes. */
+ * forced on every case and layout after ws_shapes: their rotation reaches only the first
+ * shapes. */
 static const hm_gemm_tuning ws3_shape[] = {
     {192, 128, 128, 3, 4, 1, 4, true, 4, 1, HM_MMA_WGMMA, true},
 };
@@ -155,22 +156,14 @@ static void ws_dense_matches_reference(void **state) {
   (void)state;
   forced_test("w8a8_ws_dense_matches_reference", W8_DENSE, ws_shapes, HM_ARRAY_SIZE(ws_shapes),
               "dense W8A8 warp-specialized");
+  forced_test("w8a8_ws3_dense_matches_reference", W8_DENSE, ws3_shape, HM_ARRAY_SIZE(ws3_shape),
+              "dense W8A8 on three consumer warpgroups");
 }
 
 static void ws_moe_layouts_match_reference(void **state) {
   (void)state;
   forced_test("w8a8_ws_moe_layouts_match_reference", W8_MOE, ws_shapes, HM_ARRAY_SIZE(ws_shapes),
               "MoE W8A8 warp-specialized");
-}
-
-static void ws3_dense_matches_reference(void **state) {
-  (void)state;
-  forced_test("w8a8_ws3_dense_matches_reference", W8_DENSE, ws3_shape, HM_ARRAY_SIZE(ws3_shape),
-              "dense W8A8 on three consumer warpgroups");
-}
-
-static void ws3_moe_layouts_match_reference(void **state) {
-  (void)state;
   forced_test("w8a8_ws3_moe_layouts_match_reference", W8_MOE, ws3_shape, HM_ARRAY_SIZE(ws3_shape),
               "MoE W8A8 on three consumer warpgroups");
 }
@@ -253,8 +246,6 @@ int main(void) {
       cmocka_unit_test(wgmma_moe_layouts_match_reference),
       cmocka_unit_test(ws_dense_matches_reference),
       cmocka_unit_test(ws_moe_layouts_match_reference),
-      cmocka_unit_test(ws3_dense_matches_reference),
-      cmocka_unit_test(ws3_moe_layouts_match_reference),
       cmocka_unit_test(f16_acc_dense_matches_reference),
       cmocka_unit_test(f16_acc_moe_layouts_match_reference),
       cmocka_unit_test(swap8_dense_matches_reference),

@@ -141,8 +141,12 @@ static bool runs_alone(const hm_gemm_config *cfg, const hm_device_profile *p) {
  * K = 8192, but 0.93x at K = 32768. The 8-row tile then went to bk 512, eight warps along
  * k and four stages: 1.084x on an H200, whose loop the warps' issue rate sets (two warps a
  * scheduler hide what one cannot), and 1.02x on an H100, whose DRAM sets it (N = K = 8192
- * at one token; thirty-fifth and thirty-sixth sessions). It is offered where K fills its
- * four-stage ring (it was measured on 16 k-tiles); on a shorter K the bk 256 one stands.
+ * at one token; thirty-fifth and thirty-sixth sessions); at 16 rows the same 1.07x on an
+ * H200 (15.89 against 17.00 us, sixteen warps along k 16.76; fortieth session). It is
+ * offered where K fills its four-stage ring (it was measured on 16 k-tiles); at 16 rows
+ * only on the 16 k-tiles measured, since the model scores it below Stream-K at K = 4096
+ * (where the bk 256 tile ran 1.19x faster) and above it at K = 32768 (where that tile ran
+ * 0.93x). Elsewhere the bk 256 one stands.
  * Units within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table
  * only knows the arch, so it is settled here.
  */
@@ -154,9 +158,11 @@ bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p,
   if ((bm != 8 && bm != 16) || !w4a16 || units > p->sm_count || 8 * units < 7 * (int64_t)p->sm_count)
     return false;
   hm_gemm_config deep = *base, unit = *base;
-  deep.tuning = (hm_gemm_tuning){8, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false};
+  deep.tuning = (hm_gemm_tuning){bm, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false};
   unit.tuning = (hm_gemm_tuning){bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
-  if (bm == 8 && hm_gemm_k_iters(&deep) >= deep.tuning.stages && runs_alone(&deep, p)) {
+  const int64_t k_tiles = hm_gemm_k_iters(&deep);
+  const bool deep_fits = bm == 8 ? k_tiles >= deep.tuning.stages : k_tiles == 16;
+  if (deep_fits && runs_alone(&deep, p)) {
     *out = deep.tuning;
     return true;
   }

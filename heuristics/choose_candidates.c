@@ -226,9 +226,11 @@ hm_status hm_choose_candidates(const hm_gemm_config *base, const hm_device_profi
         hm_gemm_tuning t = {.bm = bms[m], .bn = bns[nn], .bk = bks[k]};
         HM_CHECK_GOTO(push_tile(base, profile, t, &items, &n, &cap), fail);
       }
-  hm_gemm_tuning unit;
-  if (hm_choose_unit_tile(base, profile, 8, &unit))
-    HM_CHECK_GOTO(push_legal(base, profile, &unit, &items, &n, &cap), fail);
+  for (int rows = 8; rows <= 16; rows += 8) {
+    hm_gemm_tuning unit;
+    if (hm_choose_unit_tile(base, profile, rows, &unit))
+      HM_CHECK_GOTO(push_legal(base, profile, &unit, &items, &n, &cap), fail);
+  }
   if (hm_gemm_wgmma_takes(base) && !base->compute.batch_invariant)
     HM_CHECK_GOTO(push_wgmma(base, profile, &items, &n, &cap), fail);
   *out = items;

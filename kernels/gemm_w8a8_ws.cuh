@@ -255,7 +255,8 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
 }
 
 // The output tile staged in the output type beside the ring (hm_w8ss_c_pitch), bias and
-// scales applied on the way in, then copied out as whole rows. Half the bytes of f32
+// scales applied on the way in, then copied out as whole rows: by bulk stores where the
+// rows are 16-byte aligned (hm_wg_bulk_rows), else by the consumers' loop. Half the bytes of f32
 // staging: bm 128 x bn 128 leaves room for five stages instead of four.
 template <class C>
 struct hm_w8ss_c_out {
@@ -267,6 +268,11 @@ struct hm_w8ss_c_out {
     using T = hm_w8ss_traits<C>;
     hm_wg_place at;
     at.wm = wm, at.wn = wn, at.wq = wq, at.lane = lane;
+    const bool bulk = hm_wg_bulk_ok<C, pitch>(p);
+    if (bulk) {
+      hm_bulk_wait_read();  // the previous tile's rows are out of the staging tile
+      hm_wg_sync<C>();
+    }
     const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
 #pragma unroll
     for (int j = 0; j < T::wn_regs / 4; ++j) {
@@ -283,8 +289,12 @@ struct hm_w8ss_c_out {
               hm_h2_from_f32<C::out_bf16>((a[0] * gs + b.x) * rs, (a[1] * gs + b.y) * rs);
         }
     }
+    if (bulk) hm_fence_proxy_async();
     hm_wg_sync<C>();
-    hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
+    if (bulk)
+      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row);
+    else
+      hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
   }
 };
 

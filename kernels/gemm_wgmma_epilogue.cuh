@@ -181,6 +181,33 @@ __device__ __forceinline__ void hm_wg_copy_rows(const hm_gemm_params &p, const h
       [&](int row, int, int col, hm_u32 v) { c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] = v; });
 }
 
+// Whether a tile staged in the output type (PITCH bytes a row) may go out by bulk stores:
+// each row's first column and its staged copy on 16 bytes (N a multiple of 8, C and the
+// pitch on 16 bytes), so that every row inside N is whole 16-byte pieces.
+template <class C, int PITCH>
+__device__ __forceinline__ bool hm_wg_bulk_ok(const hm_gemm_params &p) {
+  return C::n % 8 == 0 && PITCH % 16 == 0 && ((unsigned long long)p.c & 15) == 0;
+}
+
+// Copies a staged tile out through the copy engine, one bulk store a row (its columns inside
+// N) issued by thread r of the computing threads, once every thread's staging writes are
+// fenced for the async proxy and synchronized. It returns before the rows are read: the
+// copy-out loop's shared loads and global stores (57 % of the epilogue, twenty-fifth
+// session) leave the consumers, which go on to the next tile. Before the staging tile is
+// written again each thread waits for its rows to be read (hm_bulk_wait_read), then all
+// synchronize.
+template <class C, int PITCH>
+__device__ __forceinline__ void hm_wg_bulk_rows(const hm_gemm_params &p, const hm_tile &tile,
+                                                const unsigned char *smem, const int *c_row) {
+  const int n0 = tile.n_tile * C::bn;
+  const unsigned bytes = (unsigned)(C::n - n0 < C::bn ? C::n - n0 : C::bn) * 2;
+  for (int r = threadIdx.x; r < C::bm; r += hm_wg_traits<C>::threads) {
+    const int row = c_row[r];
+    if (row >= 0) hm_bulk_store((unsigned char *)p.c + ((long long)row * C::n + n0) * 2, smem + r * PITCH, bytes);
+  }
+  hm_bulk_commit();
+}
+
 // How a kernel stages its output tile for the coalesced copy out. In f32, bias and scales
 // applied on the way out (the non-specialized kernels, whose drained ring holds it).
 template <class C>

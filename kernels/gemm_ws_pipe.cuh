@@ -194,12 +194,14 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                   K::store(p, tile, kb, ke, sk, c_stage, maps, at, acc);
                   hm_wg_sync<C>();  // the staged tile, the flag and the map set are free again
                   if constexpr (L::c_in_ring) {
+                    hm_bulk_wait_read();     // bulk stores out of the slot have read it
                     hm_fence_proxy_async();  // the tile's st.shared before the producer's copies into the slot
                     hm_ws_release<C>(ring, n - 1);
                   }
                   if (threadIdx.x == 0) hm_mbar_arrive(&ring.maps_empty[b]);
                   ++seg;
                 });
+  hm_bulk_wait_read();  // the CTA's shared memory outlives the reads of its last bulk stores
 }
 
 template <class C, class K>

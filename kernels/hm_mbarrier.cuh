@@ -93,6 +93,22 @@ __device__ __forceinline__ void hm_bulk_copy(void *smem, const void *gmem, unsig
       : "memory");
 }
 
+// bytes (a multiple of 16, both addresses 16-byte aligned) from shared to global memory
+// through the copy engine, in this thread's next bulk group (hm_bulk_commit).
+__device__ __forceinline__ void hm_bulk_store(void *gmem, const void *smem, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem),
+               "r"(hm_smem_addr(smem)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void hm_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until every bulk store this thread committed has read its shared memory (the
+// global writes may still be on their way).
+__device__ __forceinline__ void hm_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // Bytes the barrier's current phase must also wait for, without an arrival: the caller's
 // own arrival, still to come, keeps the phase open until they are announced.
 __device__ __forceinline__ void hm_mbar_expect_tx(unsigned long long *bar, unsigned bytes) {

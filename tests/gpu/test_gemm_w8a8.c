@@ -23,7 +23,9 @@
 #define CHANNEL(t, s) \
   { t, s, HM_SCALE_CHANNEL, 0, 0, false, false }
 
-/* N and K are not powers of two: multiples of 128 for blocks, of 16 (K) and 2 (N) otherwise. */
+/* N and K are not powers of two: multiples of 128 for blocks, of 16 (K) and 2 (N) otherwise;
+ * one N not a multiple of 8, whose rows the warp-specialized kernel copies out by its loop
+ * instead of bulk stores. */
 static const w8_case dense_cases[] = {
     {"dense fp8 block128 ag128 bf16 bias", FP8_BLOCK(false), HM_F8E4M3, HM_ACT_SCALE_GROUP128, HM_BF16, true,
      false, 640, 896, 1},
@@ -34,7 +36,7 @@ static const w8_case dense_cases[] = {
     {"dense int8 channel tok bf16 bias", CHANNEL(HM_I8, HM_F32), HM_I8, HM_ACT_SCALE_TOKEN, HM_BF16, true,
      false, 456, 1040, 1},
     {"dense int8 channel ag128 f16", CHANNEL(HM_I8, HM_F16), HM_I8, HM_ACT_SCALE_GROUP128, HM_F16, false,
-     false, 200, 592, 1},
+     false, 202, 592, 1},
 };
 
 static const w8_case moe_cases[] = {

@@ -256,7 +256,8 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
 
 // The output tile staged in the output type beside the ring (hm_w8ss_c_pitch), bias and
 // scales applied on the way in, then copied out as whole rows: by bulk stores where the
-// rows are 16-byte aligned (hm_wg_bulk_rows), else by the consumers' loop. Half the bytes of f32
+// rows are 16-byte aligned (hm_wg_bulk_rows), else by the consumers' loop. The pipeline
+// does not synchronize the consumers between tiles: the store does before staging. Half the bytes of f32
 // staging: bm 128 x bn 128 leaves room for five stages instead of four.
 template <class C>
 struct hm_w8ss_c_out {
@@ -268,11 +269,20 @@ struct hm_w8ss_c_out {
     using T = hm_w8ss_traits<C>;
     hm_wg_place at;
     at.wm = wm, at.wn = wn, at.wq = wq, at.lane = lane;
+    using G = hm_wg_traits<C>;
     const bool bulk = hm_wg_bulk_ok<C, pitch>(p);
-    if (bulk) {
-      hm_bulk_wait_read();  // the previous tile's rows are out of the staging tile
-      hm_wg_sync<C>();
-    }
+    // With bulk stores and whole token rows a warpgroup (wg_n 1), a warpgroup stages and
+    // stores its own rows alone, so the warpgroups stay out of step across tiles and one's
+    // epilogue runs beside another's wgmmas.
+    const bool alone = bulk && G::wg_n == 1;
+    const auto sync = [&] {
+      if (alone)
+        hm_wg_sync_one(wm);
+      else
+        hm_wg_sync<C>();
+    };
+    hm_bulk_wait_read();
+    sync();  // the previous tile's rows are out of the staging tile
     const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
 #pragma unroll
     for (int j = 0; j < T::wn_regs / 4; ++j) {
@@ -290,9 +300,11 @@ struct hm_w8ss_c_out {
         }
     }
     if (bulk) hm_fence_proxy_async();
-    hm_wg_sync<C>();
-    if (bulk)
-      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row);
+    sync();
+    if (alone)
+      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, wm * G::wtm, G::wtm, threadIdx.x % 128, 128);
+    else if (bulk)
+      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, 0, C::bm, threadIdx.x, G::threads);
     else
       hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
   }

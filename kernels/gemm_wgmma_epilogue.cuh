@@ -20,6 +20,10 @@ __device__ __forceinline__ void hm_wg_sync() {
     __syncthreads();
 }
 
+// Synchronizes one computing warpgroup (wg) alone, on barrier 3 + wg (1 and 2 are the
+// consumers' and the producer's of the warp-specialized pipeline).
+__device__ __forceinline__ void hm_wg_sync_one(int wg) { hm_named_sync(3 + wg, 128); }
+
 // A contributor's partial tile: [float4 q][thread], coalesced.
 template <class C>
 __device__ __forceinline__ void hm_wg_partial_store(const hm_gemm_params &p, int slot,
@@ -189,19 +193,20 @@ __device__ __forceinline__ bool hm_wg_bulk_ok(const hm_gemm_params &p) {
   return C::n % 8 == 0 && PITCH % 16 == 0 && ((unsigned long long)p.c & 15) == 0;
 }
 
-// Copies a staged tile out through the copy engine, one bulk store a row (its columns inside
-// N) issued by thread r of the computing threads, once every thread's staging writes are
-// fenced for the async proxy and synchronized. It returns before the rows are read: the
-// copy-out loop's shared loads and global stores (57 % of the epilogue, twenty-fifth
-// session) leave the consumers, which go on to the next tile. Before the staging tile is
-// written again each thread waits for its rows to be read (hm_bulk_wait_read), then all
-// synchronize.
+// Copies staged rows [first, first + rows) out through the copy engine, one bulk store a row
+// (its columns inside N) issued by thread t of the `threads` that stored them, once their
+// staging writes are fenced for the async proxy and synchronized. It returns before the
+// rows are read: the copy-out loop's shared loads and global stores (57 % of the epilogue,
+// twenty-fifth session) leave the consumers, which go on to the next tile. Before the rows
+// are staged again each thread waits for its stores to have read them (hm_bulk_wait_read),
+// then the threads synchronize.
 template <class C, int PITCH>
 __device__ __forceinline__ void hm_wg_bulk_rows(const hm_gemm_params &p, const hm_tile &tile,
-                                                const unsigned char *smem, const int *c_row) {
+                                                const unsigned char *smem, const int *c_row, int first, int rows,
+                                                int t, int threads) {
   const int n0 = tile.n_tile * C::bn;
   const unsigned bytes = (unsigned)(C::n - n0 < C::bn ? C::n - n0 : C::bn) * 2;
-  for (int r = threadIdx.x; r < C::bm; r += hm_wg_traits<C>::threads) {
+  for (int r = first + t; r < first + rows; r += threads) {
     const int row = c_row[r];
     if (row >= 0) hm_bulk_store((unsigned char *)p.c + ((long long)row * C::n + n0) * 2, smem + r * PITCH, bytes);
   }
@@ -230,6 +235,7 @@ struct hm_wg_c_out {
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
                                                unsigned char *smem, const int *c_row, const float *row_scale,
                                                int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
+    hm_wg_sync<C>();  // every thread has copied the previous tile out
     hm_wg_stage_out<C, pitch>(p, tile, smem, row_scale, wm, wn, wq, lane, acc);
     hm_wg_sync<C>();
     hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);

@@ -17,7 +17,7 @@
 // Per stage slot a "full" barrier (thread 0's expect_tx arrival, the bulk bytes, one
 // cp.async arrival per producer thread) and an "empty" one (an arrival per consumer warp
 // once its wgmmas that read the slot are done). Per segment one of two row map sets, with
-// the same pair of barriers. Both sides count stages and segments from the start of the
+// the same pair of barriers (an arrival per producer thread, per consumer warp). Both sides count stages and segments from the start of the
 // kernel, so slot = count % depth and the phase parity is count / depth % 2.
 //
 // A kernel brings a policy K: its layout (hm_ws_layout), stage_bytes, and
@@ -166,16 +166,24 @@ __device__ __forceinline__ const unsigned char *hm_ws_acquire(const hm_ws_ring &
   return ring.stages + (n % C::stages) * STAGE_BYTES;
 }
 
+// One arrival for this warp (where ready), once all its lanes are here. Branch-free, so
+// that it may run between wgmmas in flight.
+__device__ __forceinline__ void hm_ws_warp_arrive(unsigned long long *bar, bool ready = true) {
+  __syncwarp();
+  hm_mbar_arrive_elected_if(bar, ready);
+}
+
 // Hands stage n's slot back (where ready) once this warp's wgmmas that read it are
-// waited for: one arrival a warp. Branch-free, so that it may run between wgmmas in flight.
+// waited for.
 template <class C>
 __device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n, bool ready = true) {
-  __syncwarp();
-  hm_mbar_arrive_elected_if(&ring.empty[n % C::stages], ready);
+  hm_ws_warp_arrive(&ring.empty[n % C::stages], ready);
 }
 
 // The consumer warpgroups: per segment wait for its row maps, accumulate, store (or
-// publish the Stream-K partial), then hand the map set back.
+// publish the Stream-K partial), then hand the map set back, a warp at a time. Nothing here
+// synchronizes the consumers: a store does so before it stages a tile, with all of them or
+// with its own warpgroup where that stores its rows alone (gemm_w8a8_ws.cuh).
 template <class C, class K>
 __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char *smem) {
   using L = typename K::layout;
@@ -192,13 +200,12 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                   unsigned char *c_stage =
                       L::c_in_ring ? ring.stages + (n - 1) % C::stages * K::stage_bytes : smem + L::c_off;
                   K::store(p, tile, kb, ke, sk, c_stage, maps, at, acc);
-                  hm_wg_sync<C>();  // the staged tile, the flag and the map set are free again
                   if constexpr (L::c_in_ring) {
                     hm_bulk_wait_read();     // bulk stores out of the slot have read it
                     hm_fence_proxy_async();  // the tile's st.shared before the producer's copies into the slot
                     hm_ws_release<C>(ring, n - 1);
                   }
-                  if (threadIdx.x == 0) hm_mbar_arrive(&ring.maps_empty[b]);
+                  hm_ws_warp_arrive(&ring.maps_empty[b]);
                   ++seg;
                 });
   hm_bulk_wait_read();  // the CTA's shared memory outlives the reads of its last bulk stores
@@ -226,7 +233,7 @@ __device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
     }
     for (int b = 0; b < 2; ++b) {
       hm_mbar_init(&ring.maps_full[b], hm_ws_producers);
-      hm_mbar_init(&ring.maps_empty[b], 1);
+      hm_mbar_init(&ring.maps_empty[b], L::consumer_warps);
     }
     hm_mbar_init_fence();
   }

@@ -254,6 +254,15 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
   hm_w8ss_finish<C>(p, tile, a_row, at, acc);
 }
 
+// The threads that stage the output tile: warpgroup wm alone, or all consumers.
+template <class C>
+__device__ __forceinline__ void hm_w8ss_sync(bool alone, int wm) {
+  if (alone)
+    hm_wg_sync_one(wm);
+  else
+    hm_wg_sync<C>();
+}
+
 // The output tile staged in the output type beside the ring (hm_w8ss_c_pitch), bias and
 // scales applied on the way in, then copied out as whole rows: by bulk stores where the
 // rows are 16-byte aligned (hm_wg_bulk_rows), else by the consumers' loop. The pipeline
@@ -275,14 +284,8 @@ struct hm_w8ss_c_out {
     // stores its own rows alone, so the warpgroups stay out of step across tiles and one's
     // epilogue runs beside another's wgmmas.
     const bool alone = bulk && G::wg_n == 1;
-    const auto sync = [&] {
-      if (alone)
-        hm_wg_sync_one(wm);
-      else
-        hm_wg_sync<C>();
-    };
     hm_bulk_wait_read();
-    sync();  // the previous tile's rows are out of the staging tile
+    hm_w8ss_sync<C>(alone, wm);  // the previous tile's rows are out of the staging tile
     const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
 #pragma unroll
     for (int j = 0; j < T::wn_regs / 4; ++j) {
@@ -300,9 +303,11 @@ struct hm_w8ss_c_out {
         }
     }
     if (bulk) hm_fence_proxy_async();
-    sync();
+    hm_w8ss_sync<C>(alone, wm);
     if (alone)
-      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, wm * G::wtm, G::wtm, threadIdx.x % 128, 128);
+      // Warpgroup threadIdx.x / 128 is wm; read so, wm need not stay live through the
+      // staging (it cost the 152-register three-warpgroup tile a spill).
+      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, (threadIdx.x >> 7) * G::wtm, G::wtm, threadIdx.x & 127, 128);
     else if (bulk)
       hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, 0, C::bm, threadIdx.x, G::threads);
     else

@@ -17,8 +17,9 @@
 // Per stage slot a "full" barrier (thread 0's expect_tx arrival, the bulk bytes, one
 // cp.async arrival per producer thread) and an "empty" one (an arrival per consumer warp
 // once its wgmmas that read the slot are done). Per segment one of two row map sets, with
-// the same pair of barriers (an arrival per producer thread, per consumer warp). Both sides count stages and segments from the start of the
-// kernel, so slot = count % depth and the phase parity is count / depth % 2.
+// the same pair of barriers (an arrival per producer thread, per consumer warp). Both
+// sides count stages and segments from the start of the kernel, so slot = count % depth
+// and the phase parity is count / depth % 2.
 //
 // A kernel brings a policy K: its layout (hm_ws_layout), stage_bytes, and
 //   load_stage(p, tile, kt, st, full, a_row, pt)  producer thread pt's copies of a stage

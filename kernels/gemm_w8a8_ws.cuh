@@ -305,14 +305,16 @@ struct hm_w8ss_c_out {
     }
     if (bulk) hm_fence_proxy_async();
     hm_w8ss_sync<C>(alone, wm);
-    if (alone)
-      // Warpgroup threadIdx.x / 128 is wm; read so, wm need not stay live through the
-      // staging (it cost the 152-register three-warpgroup tile a spill).
-      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, (threadIdx.x >> 7) * G::wtm, G::wtm, threadIdx.x & 127, 128);
-    else if (bulk)
-      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, 0, C::bm, threadIdx.x, G::threads);
-    else
+    if (bulk) {
+      // The threads that synchronized store the rows they staged: a warpgroup's (wg_n 1) or
+      // the whole tile. The warpgroup is read from threadIdx.x, so that wm need not stay
+      // live through the staging (it cost the 152-register three-warpgroup tile a spill).
+      constexpr int issuers = G::wg_n == 1 ? 128 : G::threads, rows = C::bm / (G::threads / issuers);
+      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, threadIdx.x / issuers * rows, rows, threadIdx.x % issuers,
+                                issuers);
+    } else {
       hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
+    }
   }
 };
 

@@ -202,7 +202,6 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                       L::c_in_ring ? ring.stages + (n - 1) % C::stages * K::stage_bytes : smem + L::c_off;
                   K::store(p, tile, kb, ke, sk, c_stage, maps, at, acc);
                   if constexpr (L::c_in_ring) {
-                    hm_bulk_wait_read();     // bulk stores out of the slot have read it
                     hm_fence_proxy_async();  // the tile's st.shared before the producer's copies into the slot
                     hm_ws_release<C>(ring, n - 1);
                   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Per-CTA timeline of the persistent mma.sync GEMM (hm_gemm_run), built in only when the
-// generator defines HM_TRACE (HUMMING_TRACE=1): a launch's CTAs each write one row of
+// Per-CTA timeline of the persistent mma.sync GEMM (hm_gemm_run) and of the warp-specialized
+// wgmma ones (hm_ws_run, as consumer thread 0 sees it), built in only when the generator
+// defines HM_TRACE (HUMMING_TRACE=1): a launch's CTAs each write one row of
 // hm_trace, which the host reads back from the module (hm_kernel_read_global) after the
 // run. Stamps are SM clocks since the CTA's entry, with the global timer at entry and
 // exit to place CTAs against each other and to convert clocks to time. Every slot is
@@ -10,6 +11,10 @@
 #include "hm_trace_slots.cuh"
 
 #ifdef HM_TRACE
+// For the steps a kernel takes only to be timed (the warp-specialized consumers' wait for
+// a segment's first stage, gemm_ws_pipe.cuh).
+constexpr bool hm_traced = true;
+
 // Defined (the braces make it a definition) in every traced kernel's own module.
 extern "C" {
 __device__ unsigned long long hm_trace[HM_TRACE_CTAS * HM_TRACE_SLOTS];
@@ -83,6 +88,8 @@ struct hm_trace_clock {
   }
 };
 #else
+constexpr bool hm_traced = false;
+
 // Without HM_TRACE every call compiles to nothing.
 struct hm_trace_clock {
   __device__ __forceinline__ void start() {}

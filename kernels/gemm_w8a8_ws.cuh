@@ -342,6 +342,6 @@ struct hm_w8ws_traits : hm_w8ss_traits<C> {
 };
 
 template <class C>
-__device__ __forceinline__ void hm_w8ws_run(const hm_gemm_params &p, hm_trace_clock &) {
-  hm_ws_run<C, hm_w8ws_traits<C>>(p);
+__device__ __forceinline__ void hm_w8ws_run(const hm_gemm_params &p, hm_trace_clock &tr) {
+  hm_ws_run<C, hm_w8ws_traits<C>>(p, tr);
 }

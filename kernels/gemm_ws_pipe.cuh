@@ -184,9 +184,11 @@ __device__ __forceinline__ void hm_ws_release(const hm_ws_ring &ring, unsigned n
 // The consumer warpgroups: per segment wait for its row maps, accumulate, store (or
 // publish the Stream-K partial), then hand the map set back, a warp at a time. Nothing here
 // synchronizes the consumers: a store does so before it stages a tile, with all of them or
-// with its own warpgroup where that stores its rows alone (gemm_w8a8_ws.cuh).
+// with its own warpgroup where that stores its rows alone (gemm_w8a8_ws.cuh). Traced, thread
+// 0 splits each segment into fill (to its first full stage, which it then waits for here),
+// loop and tail (the store).
 template <class C, class K>
-__device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char *smem) {
+__device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char *smem, hm_trace_clock &tr) {
   using L = typename K::layout;
   const hm_ws_ring ring = hm_ws_ring_at<C, L>(smem);
   const hm_wg_place at = hm_wg_place_of<C>(threadIdx.x);
@@ -196,8 +198,19 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                 [&](const hm_tile &tile, int kb, int ke, const hm_sk_piece &sk) {
                   const int b = seg & 1;
                   const hm_gemm_smem_maps maps = hm_ws_maps<C, L>(smem, b);
+                  tr.begin();
                   hm_mbar_wait(&ring.maps_full[b], (seg >> 1) & 1);
+                  tr.once(HM_TRACE_MAPS);
+                  if (hm_traced && ke > kb) {
+                    hm_mbar_wait(&ring.full[n % C::stages], (n / C::stages) & 1);
+                    tr.arrived(0);
+                  }
                   K::mainloop(p, tile, kb, ke, ring, n, maps.a_row, at, acc);
+                  tr.looped();
+                  tr.once(HM_TRACE_FIRST_LOOP_END);
+                  tr.count(HM_TRACE_SEGMENTS, 1);
+                  tr.count(HM_TRACE_ITERS, ke - kb);
+                  tr.begin();
                   unsigned char *c_stage =
                       L::c_in_ring ? ring.stages + (n - 1) % C::stages * K::stage_bytes : smem + L::c_off;
                   K::store(p, tile, kb, ke, sk, c_stage, maps, at, acc);
@@ -206,13 +219,16 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                     hm_ws_release<C>(ring, n - 1);
                   }
                   hm_ws_warp_arrive(&ring.maps_empty[b]);
+                  tr.add(HM_TRACE_TAIL);
+                  tr.once(HM_TRACE_FIRST_END);
                   ++seg;
                 });
   hm_bulk_wait_read();  // the CTA's shared memory outlives the reads of its last bulk stores
+  tr.finish();
 }
 
 template <class C, class K>
-__device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
+__device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p, hm_trace_clock &tr) {
   using L = typename K::layout;
   constexpr int ring_bytes = C::stages * K::stage_bytes;
   extern __shared__ __align__(1024) unsigned char hm_ws_smem[];
@@ -245,5 +261,5 @@ __device__ __forceinline__ void hm_ws_run(const hm_gemm_params &p) {
     return;
   }
   hm_setmaxnreg_inc<L::consumer_regs>();
-  hm_ws_consume<C, K>(p, tiles, smem);
+  hm_ws_consume<C, K>(p, tiles, smem, tr);
 }

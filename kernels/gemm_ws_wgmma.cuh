@@ -97,6 +97,6 @@ struct hm_wgws_traits : hm_wg_traits<C> {
 };
 
 template <class C>
-__device__ __forceinline__ void hm_wgws_run(const hm_gemm_params &p, hm_trace_clock &) {
-  hm_ws_run<C, hm_wgws_traits<C>>(p);
+__device__ __forceinline__ void hm_wgws_run(const hm_gemm_params &p, hm_trace_clock &tr) {
+  hm_ws_run<C, hm_wgws_traits<C>>(p, tr);
 }

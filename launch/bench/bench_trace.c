@@ -183,7 +183,7 @@ void hm_bench_trace_report(hm_bench *b, const hm_layer *layer, const hm_gemm_arg
   int n = 0;
   while (n < HM_TRACE_CTAS && rows[n][HM_TRACE_GT_ENTRY] != 0) n++;
   if (n == 0)
-    HM_WARN(BENCH, "kernel %s wrote no trace (only the mma.sync GEMMs are traced)", kernel);
+    HM_WARN(BENCH, "kernel %s wrote no trace (the plain wgmma GEMMs are not traced)", kernel);
   else {
     launch_clock lc;
     if (launch_clock_of(rows, n, kernel, &lc)) {

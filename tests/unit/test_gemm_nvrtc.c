@@ -133,8 +133,19 @@ static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
   tg_compile_all(b.src, b.count, "GEMM and transform");
 }
 
-/* HUMMING_TRACE=1 builds the mma.sync kernels with their per-CTA timeline: the decode
- * tile of each dense and grouped type still compiles, for both archs. */
+/* The plan's warp-specialized wgmma kernels (sm_90: the large-M end). */
+static void add_ws(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type) {
+  hm_gemm_config base;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, 90, &base));
+  hm_gemm_plan plan;
+  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  for (int i = 0; i < plan.count; i++)
+    if (plan.cfg[i].tuning.ws) tg_add_gemm(b, &plan.cfg[i]);
+}
+
+/* HUMMING_TRACE=1 builds the mma.sync kernels and the warp-specialized wgmma ones with
+ * their per-CTA timeline: the decode tile of each dense and grouped type still compiles,
+ * for both archs, and so does each warp-specialized tile of the sm_90 plans. */
 static void traced_kernels_compile(void **state) {
   (void)state;
   static tg_batch b;
@@ -146,6 +157,12 @@ static void traced_kernels_compile(void **state) {
       hm_layer_config lc = layer_of(&variants[0], t == 0 ? 1 : 64, false);
       add_plan(&b, &lc, (hm_gemm_type)t, archs[a], 0);
     }
+  const int ws_before = b.count;
+  for (int t = 0; t < 4; t++) {
+    hm_layer_config lc = layer_of(&variants[0], t == 0 ? 1 : 64, false);
+    add_ws(&b, &lc, (hm_gemm_type)t);
+  }
+  assert_true(b.count > ws_before);
   for (int i = 0; i < b.count; i++) assert_non_null(strstr(b.src[i].text, "#define HM_TRACE 1\n"));
   tg_compile_all(b.src, b.count, "traced GEMM");
   unsetenv("HUMMING_TRACE");

@@ -288,6 +288,13 @@ struct hm_w8ss_c_out {
     hm_bulk_wait_read();
     hm_w8ss_sync<C>(alone, wm);  // the previous tile's rows are out of the staging tile
     const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
+    // A thread's rows' scales, read once: the compiler cannot keep them across the staging
+    // stores, which may alias them in shared memory, and read them again for every column.
+    float rs[T::mt][2];
+#pragma unroll
+    for (int mi = 0; mi < T::mt; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) rs[mi][h] = row_scale[hm_w8ss_row<C>(at, mi, h)];
 #pragma unroll
     for (int j = 0; j < T::wn_regs / 4; ++j) {
       const int col = hm_w8ss_col<C>(at, 4 * j);
@@ -298,9 +305,8 @@ struct hm_w8ss_c_out {
         for (int h = 0; h < 2; ++h) {
           const float *a = &acc[0][0] + mi * T::wn_regs + 4 * j + 2 * h;
           const int row = hm_w8ss_row<C>(at, mi, h);
-          const float rs = row_scale[row];
           *(hm_u32 *)(smem + row * pitch + col * 2) =
-              hm_h2_from_f32<C::out_bf16>((a[0] * gs + b.x) * rs, (a[1] * gs + b.y) * rs);
+              hm_h2_from_f32<C::out_bf16>((a[0] * gs + b.x) * rs[mi][h], (a[1] * gs + b.y) * rs[mi][h]);
         }
     }
     if (bulk) hm_fence_proxy_async();

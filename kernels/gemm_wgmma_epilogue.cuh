@@ -160,7 +160,8 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
 #pragma unroll
   for (int m = 0; m < T::mb; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) b[m][h] = hm_wg_bias_pair<C>(p, tile, wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd);
+    for (int h = 0; h < 2; ++h)
+      b[m][h] = hm_wg_bias_pair<C>(p, tile, wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd);
   // Token-major, so that each token's row scale is read once for its column blocks: the
   // compiler cannot keep it across the staging stores, which may alias it in shared memory.
 #pragma unroll

@@ -156,12 +156,15 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
   using T = hm_wg_traits<C>;
   const int odd = (lane >> 2) & 1, t = lane & 3;
   const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
+  int col[T::mb][2];
   float2 b[T::mb][2];
 #pragma unroll
   for (int m = 0; m < T::mb; ++m)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      b[m][h] = hm_wg_bias_pair<C>(p, tile, wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd);
+    for (int h = 0; h < 2; ++h) {
+      col[m][h] = wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd;
+      b[m][h] = hm_wg_bias_pair<C>(p, tile, col[m][h]);
+    }
   // Token-major, so that each token's row scale is read once for its column blocks: the
   // compiler cannot keep it across the staging stores, which may alias it in shared memory.
 #pragma unroll
@@ -172,12 +175,11 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
     for (int m = 0; m < T::mb; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int col = wn * T::wtn + m * 64 + T::column(wq, lane, h) - odd;
         const int i = 4 * q + 2 * h;
         const float send = odd ? acc[m][i] : acc[m][i + 1];
         const float recv = __shfl_xor_sync(0xffffffffu, send, 4);
         const float x = odd ? recv : acc[m][i], y = odd ? acc[m][i + 1] : recv;
-        *(hm_u32 *)(stage + token * PITCH + col * 2) =
+        *(hm_u32 *)(stage + token * PITCH + col[m][h] * 2) =
             hm_h2_from_f32<C::out_bf16>((x * gs + b[m][h].x) * rs, (y * gs + b[m][h].y) * rs);
       }
   }

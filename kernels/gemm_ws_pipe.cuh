@@ -202,7 +202,7 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                   hm_mbar_wait(&ring.maps_full[b], (seg >> 1) & 1);
                   tr.once(HM_TRACE_MAPS);
                   if (hm_traced && ke > kb) {
-                    hm_mbar_wait(&ring.full[n % C::stages], (n / C::stages) & 1);
+                    hm_ws_acquire<C, K::stage_bytes>(ring, n);
                     tr.arrived(0);
                   }
                   K::mainloop(p, tile, kb, ke, ring, n, maps.a_row, at, acc);

@@ -57,12 +57,18 @@ static hm_layer_config layer_of(const variant *v, int64_t experts, bool invarian
   return c;
 }
 
-/* Adds the kernels of the plan of (layer, type) for arch: all, or only entry `only`. */
-static void add_plan(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
+/* The engine's kernel plan of (layer, type) for arch. */
+static hm_gemm_plan plan_of(const hm_layer_config *lc, hm_gemm_type type, int arch) {
   hm_gemm_config base;
   HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
   hm_gemm_plan plan;
   HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  return plan;
+}
+
+/* Adds the kernels of the plan of (layer, type) for arch: all, or only entry `only`. */
+static void add_plan(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
+  const hm_gemm_plan plan = plan_of(lc, type, arch);
   for (int i = 0; i < plan.count; i++) {
     if (only >= 0 && i != only % plan.count) continue;
     tg_add_gemm(b, &plan.cfg[i]);
@@ -71,10 +77,7 @@ static void add_plan(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, 
 
 /* The plan's swapped 8-row kernel (entry 0 where it has one), unless `only` picked it already. */
 static void add_swap(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type, int arch, int only) {
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, arch, &base));
-  hm_gemm_plan plan;
-  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  const hm_gemm_plan plan = plan_of(lc, type, arch);
   if (plan.cfg[0].tuning.bm != 8 || only % plan.count == 0) return;
   tg_add_gemm(b, &plan.cfg[0]);
 }
@@ -135,10 +138,7 @@ static void every_variant_compiles_for_sm80_and_sm90a(void **state) {
 
 /* The plan's warp-specialized wgmma kernels (sm_90: the large-M end). */
 static void add_ws(tg_batch *b, const hm_layer_config *lc, hm_gemm_type type) {
-  hm_gemm_config base;
-  HM_ASSERT_OK(hm_gemm_config_from_layer(lc, type, 90, &base));
-  hm_gemm_plan plan;
-  HM_ASSERT_OK(hm_gemm_plan_make(&base, &plan));
+  const hm_gemm_plan plan = plan_of(lc, type, 90);
   for (int i = 0; i < plan.count; i++)
     if (plan.cfg[i].tuning.ws) tg_add_gemm(b, &plan.cfg[i]);
 }

@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "kernels/gemm_config_w8a8.h"
+#include "kernels/gemm_launch.h"
 
 bool hm_gemm_wgmma_takes(const hm_gemm_config *base) {
   if (base->arch != 90) return false;
@@ -106,9 +107,11 @@ static size_t stage_bytes(const hm_gemm_config *cfg) {
 }
 
 /* The warp-specialized kernels stage their tile in the output type: rows an odd number of
- * words apart for weight-only (hm_wg_c_out), 4 banks apart for W8A8 (hm_w8ss_c_pitch). */
+ * words apart for weight-only (hm_wgws_c_pitch), 4 banks apart for W8A8 (hm_w8ss_c_pitch),
+ * or as the tensor stores read it, without padding (hm_tc_tile). */
 static size_t staged_out_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
+  if (hm_gemm_tma_c(cfg)) return (size_t)t->bm * t->bn * 2;
   return (size_t)t->bm * ((size_t)t->bn * 2 + (hm_gemm_is_w8a8(&cfg->layer) ? 16 : 4));
 }
 

@@ -44,6 +44,8 @@ static const char *gen_template =
     "  static constexpr bool exclusive_sm = %s;\n"
     "  static constexpr bool ws = %s;\n"
     "  static constexpr bool tma_a = %s;\n"
+    "  static constexpr bool tma_c = %s;\n"
+    "  static constexpr int tma_c_rows = %d;\n"
     "  static constexpr bool w8a8 = %s;\n"
     "%s"
     "};\n"
@@ -117,10 +119,11 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
       tf(l->out == HM_BF16), w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias),
       tf(l->global_scale), (long long)l->n, (long long)l->k, (long long)l->experts, (int)cfg->compute.type,
       tf(t->stream_k), t->sk_min_iters, t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages,
-      tf(hm_gemm_exclusive_sm(cfg)), tf(t->ws), tf(hm_gemm_tma_a(cfg)), tf(w8a8), extra,
-      sizeof(hm_gemm_kernel_params), body->traits, hm_gemm_config_smem_bytes(cfg), out->name,
-      HM_KERNEL_META_MAGIC, threads, hm_gemm_config_smem_bytes(cfg),
-      cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads, t->ctas_per_sm, out->name, body->traits, body->run);
+      tf(hm_gemm_exclusive_sm(cfg)), tf(t->ws), tf(hm_gemm_tma_a(cfg)), tf(hm_gemm_tma_c(cfg)),
+      hm_gemm_tma_c(cfg) ? hm_gemm_tma_c_rows(cfg) : 0, tf(w8a8), extra, sizeof(hm_gemm_kernel_params),
+      body->traits, hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,
+      hm_gemm_config_smem_bytes(cfg), cfg->arch >= 90 ? HM_KERNEL_META_PDL : 0u, threads, t->ctas_per_sm,
+      out->name, body->traits, body->run);
   if (len < 0) HM_FAIL(HM_OUT_OF_MEMORY, "generating the source of %s", out->name);
   out->text = text;
   out->src.name = out->name;

@@ -2,11 +2,13 @@
 /* Grid, workspace and arguments of a weight-only GEMM launch. */
 #include "kernels/gemm_launch.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "check.h"
 #include "cuda_driver.h"
 #include "kernels/gemm_config_w8a8.h"
+#include "log.h"
 
 /*
  * Counters first, sized for the most CTAs any config may launch, so that kernels of
@@ -54,25 +56,73 @@ bool hm_gemm_tma_a(const hm_gemm_config *cfg) {
          cfg->tuning.bk * eb % 128 == 0;
 }
 
+bool hm_gemm_tma_c(const hm_gemm_config *cfg) {
+  return cfg->tuning.ws && cfg->compute.type != HM_GEMM_INDEXED && cfg->layer.n % 8 == 0;
+}
+
+int hm_gemm_tma_c_rows(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  return t->warps_n / 4 == 1 ? t->bm / t->warps_m : t->bm;
+}
+
 /*
- * The activations as a tensor of K x rows elements for hm_gemm_tma_a kernels: boxes of one
- * 128-byte swizzle row by bm rows, as their wgmmas read a token tile; rows and K past the
- * end read as zeros. Masked launches hold max_m rows an expert.
+ * A row-major tensor of 2-byte (or 1-byte) elements, rows x cols, for boxes of box_rows
+ * rows by one 128-byte swizzle row; elements past its ends read as zeros and are not
+ * written.
  */
-static hm_status encode_tma_a(const hm_gemm_config *cfg, const hm_gemm_args *args, CUtensorMap *map) {
-  if (hm_cu.cuTensorMapEncodeTiled == NULL)
-    HM_FAIL(HM_NO_DEVICE, "GEMM with TMA loads: no CUDA driver loaded");
-  const int eb = act_bytes(cfg);
-  const int64_t rows = args->type == HM_GEMM_GROUPED_MASKED ? args->m * cfg->layer.experts : args->m;
-  const cuuint64_t dims[2] = {(cuuint64_t)cfg->layer.k, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {(cuuint64_t)cfg->layer.k * (cuuint64_t)eb};
-  const cuuint32_t box[2] = {128u / (cuuint32_t)eb, (cuuint32_t)cfg->tuning.bm};
+static hm_status encode_tiled(CUtensorMap *map, int eb, const void *base, int64_t cols, int64_t rows,
+                              int box_rows) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)cols * (cuuint64_t)eb};
+  const cuuint32_t box[2] = {128u / (cuuint32_t)eb, (cuuint32_t)box_rows};
   const cuuint32_t steps[2] = {1, 1};
   HM_CU_CHECK(cuTensorMapEncodeTiled(
-      map, eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)args->a, dims,
+      map, eb == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)base, dims,
       strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return HM_OK;
+}
+
+/* Rows of A and C: masked launches hold max_m rows an expert. */
+static int64_t launch_rows(const hm_gemm_config *cfg, const hm_gemm_args *args) {
+  return args->type == HM_GEMM_GROUPED_MASKED ? args->m * cfg->layer.experts : args->m;
+}
+
+static hm_status need_tensor_maps(void) {
+  if (hm_cu.cuTensorMapEncodeTiled == NULL)
+    HM_FAIL(HM_NO_DEVICE, "GEMM with TMA copies: no CUDA driver loaded");
+  return HM_OK;
+}
+
+/*
+ * The activations as a tensor of K x rows elements for hm_gemm_tma_a kernels: boxes of one
+ * 128-byte swizzle row by bm rows, as their wgmmas read a token tile; rows and K past the
+ * end read as zeros.
+ */
+static hm_status encode_tma_a(const hm_gemm_config *cfg, const hm_gemm_args *args, CUtensorMap *map) {
+  HM_CHECK(need_tensor_maps());
+  return encode_tiled(map, act_bytes(cfg), args->a, cfg->layer.k, launch_rows(cfg, args), cfg->tuning.bm);
+}
+
+/*
+ * C as N x rows elements for hm_gemm_tma_c kernels, boxes of 64 columns by a store's rows
+ * and by 8. A C that is not 16-byte aligned gets no maps: the kernel copies its tiles out
+ * with the threads' own stores instead, which is slower, so it says so.
+ */
+static hm_status encode_tma_c(const hm_gemm_config *cfg, const hm_gemm_args *args, hm_gemm_kernel_params *p) {
+  static atomic_bool warned;
+  if ((uintptr_t)args->c % 16 != 0) {
+    if (!atomic_exchange(&warned, true))
+      HM_WARN(GEMM,
+              "GEMM output %p is not 16-byte aligned: no TMA stores, the slower copy-out loop instead "
+              "(said once)",
+              args->c);
+    return HM_OK;
+  }
+  HM_CHECK(need_tensor_maps());
+  const int64_t rows = launch_rows(cfg, args);
+  HM_CHECK(encode_tiled(&p->tma_c, 2, args->c, cfg->layer.n, rows, hm_gemm_tma_c_rows(cfg)));
+  return encode_tiled(&p->tma_c8, 2, args->c, cfg->layer.n, rows, 8);
 }
 
 static hm_status check_indexed(const hm_gemm_config *cfg, const hm_gemm_args *a) {
@@ -149,6 +199,7 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   p.routing_ready = args->type != HM_GEMM_DENSE && args->routing_ready;
   p.max_padded = args->type == HM_GEMM_INDEXED ? (int32_t)args->max_padded : 0;
   if (hm_gemm_tma_a(cfg)) HM_CHECK(encode_tma_a(cfg, args, &p.tma_a));
+  if (hm_gemm_tma_c(cfg)) HM_CHECK(encode_tma_c(cfg, args, &p));
   hm_launch_dims dims;
   memset(&dims, 0, sizeof(dims));
   dims.grid[0] = (unsigned)grid;

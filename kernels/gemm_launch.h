@@ -39,6 +39,7 @@ typedef struct hm_gemm_kernel_params {
   int32_t max_padded;
   const float *a_scale;
   CUtensorMap tma_a;
+  CUtensorMap tma_c, tma_c8;
 } hm_gemm_kernel_params;
 
 /*
@@ -48,6 +49,18 @@ typedef struct hm_gemm_kernel_params {
  * a k-tile). The launch then passes the activations' tensor map in tma_a.
  */
 bool hm_gemm_tma_a(const hm_gemm_config *cfg);
+
+/*
+ * Whether the kernel of cfg stores its output tiles with TMA (tma_c of the generated
+ * config, gemm_ws_store.cuh): the warp-specialized kernels where a tile's rows are
+ * consecutive rows of C (not indexed) and C's rows suit a tensor map (16-byte row stride).
+ * The launch passes C's tensor maps in tma_c (boxes of hm_gemm_tma_c_rows rows) and tma_c8
+ * (8 rows), where C is 16-byte aligned.
+ */
+bool hm_gemm_tma_c(const hm_gemm_config *cfg);
+/* The rows one tensor store of a tma_c kernel takes: a warpgroup's, or the tile's where
+ * warpgroups share rows. */
+int hm_gemm_tma_c_rows(const hm_gemm_config *cfg);
 
 /* Transformed weights of a layer on the device (kernels/transform.h). */
 typedef struct hm_gemm_operands {

@@ -34,4 +34,5 @@ struct hm_gemm_params {
   int max_padded;                // indexed: rows sorted_ids holds, the bound of *num_padded
   const float *a_scale;          // W8A8: activation scales per A row, or per A row and 128 columns
   hm_tma_map tma_a;              // where C::tma_a: the activations for TMA (gemm_launch.c)
+  hm_tma_map tma_c, tma_c8;      // where C::tma_c: the output, boxes of tma_c_rows and of 8 rows
 };

@@ -22,10 +22,11 @@
 
 #include "gemm_w8a8_wgmma.cuh"
 #include "gemm_ws_pipe.cuh"
+#include "gemm_ws_store.cuh"
 
 // The row pitch of the staged output tile (bytes): a warp's 4-byte writes cover 8 tokens
 // (rows) x 4 adjacent column pairs, so rows 4 banks apart (an odd number of words, as
-// hm_wg_c_out's pitch, put them 1 bank apart: 4.3-way conflicts on 2.3 M shared stores of
+// hm_wgws_c_pitch, put them 1 bank apart: 4.3-way conflicts on 2.3 M shared stores of
 // the fp8 groups kernel, Nsight, twenty-eighth session); the copy-out reads whole rows.
 template <class C>
 constexpr int hm_w8ss_c_pitch = C::bn * 2 + 16;
@@ -39,7 +40,8 @@ struct hm_w8ss_traits : hm_w8wg_traits<C> {
   // At 40 registers the producer's copy loop spills (ptxas 13.0); a consumer needs up to
   // about 220 of the 224 this leaves two consumer warpgroups (192 sums, descriptors,
   // scales, addresses), and three get 152 for 128 sums.
-  using layout = hm_ws_layout<C, W::pipe_bytes, C::bm * hm_w8ss_c_pitch<C>, 56>;
+  using out = hm_ws_out<C, hm_w8ss_c_pitch<C>>;
+  using layout = hm_ws_layout<C, W::pipe_bytes, out::bytes, 56>;
   static constexpr int smem_bytes = layout::smem_bytes;
   static constexpr int max_sum_regs = G::threads == 256 ? 192 : 128;  // hm_gemm_wgmma_max_sum_regs
 
@@ -254,73 +256,43 @@ __device__ __forceinline__ void hm_w8ss_mainloop(const hm_gemm_params &p, const 
   hm_w8ss_finish<C>(p, tile, a_row, at, acc);
 }
 
-// The threads that stage the output tile: warpgroup wm alone, or all consumers.
-template <class C>
-__device__ __forceinline__ void hm_w8ss_sync(bool alone, int wm) {
-  if (alone)
-    hm_wg_sync_one(wm);
-  else
-    hm_wg_sync<C>();
-}
-
-// The output tile staged in the output type beside the ring (hm_w8ss_c_pitch), bias and
-// scales applied on the way in, then copied out as whole rows: by bulk stores where the
-// rows are 16-byte aligned (hm_wg_bulk_rows), else by the consumers' loop. The pipeline
-// does not synchronize the consumers between tiles: the store does before staging. Half
-// the bytes of f32 staging: bm 128 x bn 128 leaves room for five stages instead of four.
+// The output tile staged in the output type beside the ring, bias and scales applied on the
+// way in (hm_ws_store_staged). Half the bytes of f32 staging: bm 128 x bn 128 leaves room
+// for five stages instead of four.
 template <class C>
 struct hm_w8ss_c_out {
-  static constexpr int pitch = hm_w8ss_c_pitch<C>;
-  static constexpr int bytes = C::bm * pitch;
+  using O = typename hm_w8ss_traits<C>::out;
+  static constexpr int bytes = O::bytes;
   __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
                                                unsigned char *smem, const int *c_row, const float *row_scale,
-                                               int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
+                                               int wm, int wn, int wq, int, const hm_wg_acc_t<C> &acc) {
     using T = hm_w8ss_traits<C>;
     hm_wg_place at;
-    at.wm = wm, at.wn = wn, at.wq = wq, at.lane = lane;
-    using G = hm_wg_traits<C>;
-    const bool bulk = hm_wg_bulk_ok<C, pitch>(p);
-    // With bulk stores and whole token rows a warpgroup (wg_n 1), a warpgroup stages and
-    // stores its own rows alone, so the warpgroups may drift out of step across tiles and
-    // one's epilogue run beside another's wgmmas (fp8 groups down: 1.003x on top of the
-    // bulk stores, H100, fortieth session).
-    const bool alone = bulk && G::wg_n == 1;
-    hm_bulk_wait_read();
-    hm_w8ss_sync<C>(alone, wm);  // the previous tile's rows are out of the staging tile
-    const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
-    // A thread's rows' scales, read once: the compiler cannot keep them across the staging
-    // stores, which may alias them in shared memory, and read them again for every column.
-    float rs[T::mt][2];
-#pragma unroll
-    for (int mi = 0; mi < T::mt; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) rs[mi][h] = row_scale[hm_w8ss_row<C>(at, mi, h)];
-#pragma unroll
-    for (int j = 0; j < T::wn_regs / 4; ++j) {
-      const int col = hm_w8ss_col<C>(at, 4 * j);
-      const float2 b = hm_wg_bias_pair<C>(p, tile, col);
+    at.wm = wm, at.wn = wn, at.wq = wq, at.lane = hm_lane_now();
+    hm_ws_store_staged<C, O>(p, tile, smem, c_row, wm, [&] {
+      const float gs = C::global_scale ? p.global_scale[tile.e] : 1.0f;
+      // A thread's rows' scales, read once: the compiler cannot keep them across the
+      // staging stores, which may alias them in shared memory, and read them again for
+      // every column.
+      float rs[T::mt][2];
 #pragma unroll
       for (int mi = 0; mi < T::mt; ++mi)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float *a = &acc[0][0] + mi * T::wn_regs + 4 * j + 2 * h;
-          const int row = hm_w8ss_row<C>(at, mi, h);
-          *(hm_u32 *)(smem + row * pitch + col * 2) =
-              hm_h2_from_f32<C::out_bf16>((a[0] * gs + b.x) * rs[mi][h], (a[1] * gs + b.y) * rs[mi][h]);
-        }
-    }
-    if (bulk) hm_fence_proxy_async();
-    hm_w8ss_sync<C>(alone, wm);
-    if (bulk) {
-      // The threads that synchronized store the rows they staged: a warpgroup's (wg_n 1) or
-      // the whole tile. The warpgroup is read from threadIdx.x, so that wm need not stay
-      // live through the staging (it cost the 152-register three-warpgroup tile a spill).
-      constexpr int issuers = G::wg_n == 1 ? 128 : G::threads, rows = C::bm / (G::threads / issuers);
-      hm_wg_bulk_rows<C, pitch>(p, tile, smem, c_row, threadIdx.x / issuers * rows, rows, threadIdx.x % issuers,
-                                issuers);
-    } else {
-      hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
-    }
+        for (int h = 0; h < 2; ++h) rs[mi][h] = row_scale[hm_w8ss_row<C>(at, mi, h)];
+#pragma unroll
+      for (int j = 0; j < T::wn_regs / 4; ++j) {
+        const int col = hm_w8ss_col<C>(at, 4 * j);
+        const float2 b = hm_wg_bias_pair<C>(p, tile, col);
+#pragma unroll
+        for (int mi = 0; mi < T::mt; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float *a = &acc[0][0] + mi * T::wn_regs + 4 * j + 2 * h;
+            *(hm_u32 *)(smem + O::offset(hm_w8ss_row<C>(at, mi, h), col)) =
+                hm_h2_from_f32<C::out_bf16>((a[0] * gs + b.x) * rs[mi][h], (a[1] * gs + b.y) * rs[mi][h]);
+          }
+      }
+    });
   }
 };
 

@@ -2,7 +2,7 @@
 // After the wgmma mainloop: Stream-K partials (flat per thread, so their layout does not
 // depend on the fragment order) and the store of C. The accumulators hold C^T in wgmma
 // fragments, columns in the order of hm_wg_traits::column; they are staged in shared memory as
-// [token][column] (f32, or the output type: hm_wg_c_f32, hm_wg_c_out), then each warp
+// [token][column] (f32, or the output type: hm_wg_c_f32, gemm_ws_store.cuh), then each warp
 // writes whole output rows: c = (acc * global_scale + bias) * row_scale, as the mma.sync
 // epilogue computes it.
 #pragma once
@@ -18,6 +18,15 @@ __device__ __forceinline__ void hm_wg_sync() {
     hm_named_sync(1, hm_wg_traits<C>::threads);
   else
     __syncthreads();
+}
+
+// The lane, read again: threadIdx.x & 31 is the same all kernel long, so the compiler may
+// compute what derives from it once and keep it through the mainloop, where the
+// three-warpgroup W8A8 tile has no register to spare (its staging offsets spilled).
+__device__ __forceinline__ int hm_lane_now() {
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return (int)lane;
 }
 
 // Synchronizes one computing warpgroup (wg) alone, on barrier 3 + wg (1 and 2 are the
@@ -147,9 +156,10 @@ __device__ __forceinline__ void hm_wg_store_tile(const hm_gemm_params &p, const 
   hm_wg_write_rows<C>(p, tile, smem, c_row, row_scale);
 }
 
-// The accumulators into a staging tile in the output type, bias and scales applied on the
-// way in, lanes paired as in hm_wg_stage_tile so that each writes one column pair.
-template <class C, int PITCH>
+// The accumulators into a staging tile in the output type at Out::offset(token, column),
+// bias and scales applied on the way in, lanes paired as in hm_wg_stage_tile so that each
+// writes one column pair.
+template <class C, class Out>
 __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const hm_tile &tile,
                                                 unsigned char *stage, const float *row_scale, int wm, int wn,
                                                 int wq, int lane, const hm_wg_acc_t<C> &acc) {
@@ -179,20 +189,21 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
         const float send = odd ? acc[m][i] : acc[m][i + 1];
         const float recv = __shfl_xor_sync(0xffffffffu, send, 4);
         const float x = odd ? recv : acc[m][i], y = odd ? acc[m][i + 1] : recv;
-        *(hm_u32 *)(stage + token * PITCH + col[m][h] * 2) =
+        *(hm_u32 *)(stage + Out::offset(token, col[m][h])) =
             hm_h2_from_f32<C::out_bf16>((x * gs + b[m][h].x) * rs, (y * gs + b[m][h].y) * rs);
       }
   }
 }
 
-// Copies a tile staged in the output type (PITCH bytes a row) out as whole rows.
-template <class C, int PITCH>
-__device__ __forceinline__ void hm_wg_copy_rows(const hm_gemm_params &p, const hm_tile &tile,
-                                                const unsigned char *smem, const int *c_row) {
+// Copies a tile staged in the output type out as whole rows; load(r, pc) reads token r's
+// column pair pc from the staging tile.
+template <class C, class Load>
+__device__ __forceinline__ void hm_wg_copy_staged(const hm_gemm_params &p, const hm_tile &tile,
+                                                  const int *c_row, Load &&load) {
   hm_u32 *c = (hm_u32 *)p.c;
-  hm_wg_pairs_out<C>(
-      tile, c_row, [&](int r, int pc) { return *(const hm_u32 *)(smem + r * PITCH + pc * 4); },
-      [&](int row, int, int col, hm_u32 v) { c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] = v; });
+  hm_wg_pairs_out<C>(tile, c_row, load, [&](int row, int, int col, hm_u32 v) {
+    c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] = v;
+  });
 }
 
 // Whether a tile staged in the output type (PITCH bytes a row) may go out by bulk stores:
@@ -233,22 +244,5 @@ struct hm_wg_c_f32 {
                                                unsigned char *smem, const int *c_row, const float *row_scale,
                                                int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
     hm_wg_store_tile<C>(p, tile, smem, c_row, row_scale, wm, wn, wq, lane, acc);
-  }
-};
-
-// In the output type: half the bytes, for a tile with shared memory of its own beside the
-// ring. A row pitch of an odd number of words keeps a warp's 4-byte writes (8 tokens x 4
-// column pairs) conflict-free.
-template <class C>
-struct hm_wg_c_out {
-  static constexpr int pitch = C::bn * 2 + 4;
-  static constexpr int bytes = C::bm * pitch;
-  __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
-                                               unsigned char *smem, const int *c_row, const float *row_scale,
-                                               int wm, int wn, int wq, int lane, const hm_wg_acc_t<C> &acc) {
-    hm_wg_sync<C>();  // every thread has copied the previous tile out
-    hm_wg_stage_out<C, pitch>(p, tile, smem, row_scale, wm, wn, wq, lane, acc);
-    hm_wg_sync<C>();
-    hm_wg_copy_rows<C, pitch>(p, tile, smem, c_row);
   }
 };

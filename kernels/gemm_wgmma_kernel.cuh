@@ -38,7 +38,7 @@ __device__ __forceinline__ void hm_wg_segment(const hm_gemm_params &p, const hm_
   L::run(p, tile, kb, ke, smem, maps.a_row, at, acc);
 }
 
-// O: how the tile is staged (hm_wg_c_f32, hm_wg_c_out).
+// O: how the tile is staged (hm_wg_c_f32, hm_wgws_c_out, hm_w8ss_c_out).
 template <class C, class O>
 __device__ __forceinline__ void hm_wg_store(const hm_gemm_params &p, const hm_tile &tile, unsigned char *smem,
                                             const hm_gemm_smem_maps &maps, const hm_wg_place &at,

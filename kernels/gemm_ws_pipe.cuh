@@ -65,6 +65,8 @@ struct hm_ws_layout {
   static_assert(consumers == 256 || consumers == 384, "two or three consumer warpgroups");
   static_assert(consumer_regs <= 256, "setmaxnreg gives a thread at most 256 registers");
   static_assert(C_BYTES % 8 == 0, "barriers are 8-byte aligned");
+  static_assert(!C::tma_c || PIPE_BYTES % 1024 == 0,
+                "a staging tile for tensor stores on the swizzle's repeat");
 };
 
 // The stage ring and the barriers of the row map sets, in shared memory.
@@ -215,6 +217,7 @@ __device__ void hm_ws_consume(const hm_gemm_params &p, int tiles, unsigned char 
                       L::c_in_ring ? ring.stages + (n - 1) % C::stages * K::stage_bytes : smem + L::c_off;
                   K::store(p, tile, kb, ke, sk, c_stage, maps, at, acc);
                   if constexpr (L::c_in_ring) {
+                    hm_bulk_wait_read();     // the tile's tensor stores have read the slot
                     hm_fence_proxy_async();  // the tile's st.shared before the producer's copies into the slot
                     hm_ws_release<C>(ring, n - 1);
                   }

@@ -6,14 +6,36 @@
 // scales and zero points (E, G, N/64, 64), so a stage's units of one unit column, and its
 // scales (or zero points) of one group, are each one contiguous run: one bulk copy each.
 //
-// The output tile is staged in the output type (hm_wg_c_out), beside the ring: in f32,
+// The output tile is staged in the output type (hm_wgws_c_out), beside the ring: in f32,
 // bm 128 x bn 256 takes 129 KiB and leaves room for one stage of bk 128 (49 KiB) or three
-// of bk 64; in bf16 (65 KiB) three of bk 128 or six of bk 64 fit. Staging in ring slots
+// of bk 64; in bf16 (64 KiB) three of bk 128 or six of bk 64 fit. Staging in ring slots
 // instead would hold the producer back until the consumers have stored the tile: a
 // bubble of a ring refill at every tile.
 #pragma once
 
 #include "gemm_ws_pipe.cuh"
+#include "gemm_ws_store.cuh"
+
+// The row pitch of the staging tile without tensor stores: an odd number of words keeps a
+// warp's 4-byte writes (8 tokens x 4 column pairs) conflict-free. The swizzled tile of the
+// tensor stores takes them 4-way (each lane's 4 bytes at the same word of a 16-byte chunk,
+// 8 chunks a 128-byte row): a quarter of the copy loop's cost, which it replaces.
+template <class C>
+constexpr int hm_wgws_c_pitch = C::bn * 2 + 4;
+
+// The output tile staged in the output type (hm_ws_store_staged).
+template <class C>
+struct hm_wgws_c_out {
+  using O = hm_ws_out<C, hm_wgws_c_pitch<C>>;
+  static constexpr int bytes = O::bytes;
+  __device__ static __forceinline__ void store(const hm_gemm_params &p, const hm_tile &tile,
+                                               unsigned char *smem, const int *c_row, const float *row_scale,
+                                               int wm, int wn, int wq, int, const hm_wg_acc_t<C> &acc) {
+    const int lane = hm_lane_now();
+    hm_ws_store_staged<C, O>(p, tile, smem, c_row, wm,
+                             [&] { hm_wg_stage_out<C, O>(p, tile, smem, row_scale, wm, wn, wq, lane, acc); });
+  }
+};
 
 // The stage's weight units, scales and zero points (producer thread 0), announced on the full
 // barrier first. Unit columns past N, k16 steps past K and groups past the last are not
@@ -72,8 +94,8 @@ struct hm_wgws_traits : hm_wg_traits<C> {
   // The producer's copies spill at 72 registers (grouped layouts, bm 64), a consumer (128
   // accumulators, A fragments, scales) at 208 does not (ptxas 13.0). C::c_in_ring comes
   // from the host (hm_gemm_ws_c_in_ring), which knows the SM's shared memory.
-  using layout = hm_ws_layout<C, G::pipe_bytes, C::c_in_ring ? 0 : hm_wg_c_out<C>::bytes, 80>;
-  static_assert(!C::c_in_ring || G::stage_bytes >= hm_wg_c_out<C>::bytes, "a stage slot holds the tile");
+  using layout = hm_ws_layout<C, G::pipe_bytes, C::c_in_ring ? 0 : hm_wgws_c_out<C>::bytes, 80>;
+  static_assert(!C::c_in_ring || G::stage_bytes >= hm_wgws_c_out<C>::bytes, "a stage slot holds the tile");
   static constexpr int smem_bytes = layout::smem_bytes;
 
   __device__ static __forceinline__ void load_stage(const hm_gemm_params &p, const hm_tile &tile, int kt,
@@ -92,7 +114,7 @@ struct hm_wgws_traits : hm_wg_traits<C> {
                                                const hm_sk_piece &sk, unsigned char *c_stage,
                                                const hm_gemm_smem_maps &maps, const hm_wg_place &at,
                                                hm_wg_acc_t<C> &acc) {
-    hm_wg_finish_segment<C, hm_wg_c_out<C>>(p, tile, kb, ke, sk, c_stage, maps, at, acc);
+    hm_wg_finish_segment<C, hm_wgws_c_out<C>>(p, tile, kb, ke, sk, c_stage, maps, at, acc);
   }
 };
 

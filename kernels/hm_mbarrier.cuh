@@ -127,6 +127,15 @@ __device__ __forceinline__ void hm_tma_load_2d(void *smem, const void *map, int 
       : "memory");
 }
 
+// A box of shared memory out to a 2-D tensor map at element coordinates (x, y), in this
+// thread's next bulk group (hm_bulk_commit); elements past the tensor's ends are not
+// written.
+__device__ __forceinline__ void hm_tma_store_2d(const void *map, int x, int y, const void *smem) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map),
+               "r"(x), "r"(y), "r"(hm_smem_addr(smem))
+               : "memory");
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, a multiple of 32.
 __device__ __forceinline__ void hm_named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

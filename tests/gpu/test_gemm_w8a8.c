@@ -9,7 +9,8 @@
  * must be written, no other. On sm_90 the same cases run again with the wgmma kernel
  * (gemm_w8a8_wgmma.cuh) forced, at 7, 333 and 1027 tokens, over its tile shapes, and
  * again with its warp-specialized form (gemm_w8a8_ws.cuh), on two consumer warpgroups
- * and on three. f16 accumulation
+ * and on three, and on its first tile with C 4 bytes past 16-byte alignment (no tensor
+ * stores: the threads' copy from the swizzled tile). f16 accumulation
  * (hm_layer_config.fp16_accumulate): fp8 per-channel, mxfp4 and nvfp4 weights with per-token
  * scales, dense and the MoE layouts, and every code at its largest, within a looser bound. The
  * swapped 8-row tile forced on every case and GEMM type (gemm_w8a8_util.h w8_swap8_test),
@@ -170,6 +171,13 @@ static void ws_moe_layouts_match_reference(void **state) {
               "MoE W8A8 on three consumer warpgroups");
 }
 
+static void ws_unaligned_output_matches_reference(void **state) {
+  (void)state;
+  gt_c_skew = 4;
+  forced_test("w8a8_ws_unaligned_dense", W8_DENSE, ws_shapes, 1, "dense W8A8 warp-specialized, C unaligned");
+  forced_test("w8a8_ws_unaligned_moe", W8_MOE, ws_shapes, 1, "MoE W8A8 warp-specialized, C unaligned");
+}
+
 static bool f16_acc_or_skip(void) {
   if (engine->arch >= 89) return true;
   printf("SKIP: f16 accumulation of fp8 MMAs needs sm_89, device is sm_%d\n", engine->arch);
@@ -248,6 +256,7 @@ int main(void) {
       cmocka_unit_test(wgmma_moe_layouts_match_reference),
       cmocka_unit_test(ws_dense_matches_reference),
       cmocka_unit_test(ws_moe_layouts_match_reference),
+      cmocka_unit_test_teardown(ws_unaligned_output_matches_reference, gt_c_unskew),
       cmocka_unit_test(f16_acc_dense_matches_reference),
       cmocka_unit_test(f16_acc_moe_layouts_match_reference),
       cmocka_unit_test(swap8_dense_matches_reference),

@@ -8,7 +8,9 @@
  * each warpgroup layout, Stream-K and data-parallel schedule runs; then the same with
  * the warp-specialized tiles (gemm_ws_wgmma.cuh), the tile that stages its output in a
  * ring slot (bm 256 x bn 128 x bk 128), and the dense formats on the bn64 bk64
- * two-warpgroup tiles. Skips without an sm_90 device.
+ * two-warpgroup tiles. The first warp-specialized tile again with C 4 bytes past 16-byte
+ * alignment: no tensor stores, the threads' copy from the swizzled tile. Skips without an
+ * sm_90 device.
  */
 #include "gemm_moe_util.h"
 #include "hm_few_copy_tunings.h"
@@ -82,6 +84,7 @@ static const hm_gemm_tuning ring_shape = {256, 128, 128, 1, 8, 1, 3, true, 1, 1,
 
 static const shape_set plain = {shapes, (int)HM_ARRAY_SIZE(shapes)};
 static const shape_set specialized = {ws_shapes, (int)HM_ARRAY_SIZE(ws_shapes)};
+static const shape_set first_specialized = {ws_shapes, 1};
 static const shape_set ring_staged = {&ring_shape, 1};
 static const shape_set few_copies = {hm_few_copy_tunings, (int)HM_ARRAY_SIZE(hm_few_copy_tunings)};
 
@@ -283,6 +286,13 @@ static void ring_staged_tile_matches_reference(void **state) {
 }
 
 /* Stream-K sums partials in k order: two runs of a split tile give the same bits. */
+static void ws_unaligned_output_matches_reference(void **state) {
+  (void)state;
+  gt_c_skew = 4;
+  dense_check(&first_specialized, "wgmma_ws_unaligned_dense");
+  moe_check(&first_specialized, "wgmma_ws_unaligned_moe");
+}
+
 static void stream_k_check(const hm_gemm_tuning *t, const char *seed) {
   hm_rng rng;
   hm_rng_seed(&rng, hm_test_seed(seed));
@@ -322,10 +332,14 @@ int main(void) {
   }
   printf("# device: %s\n", hm_engine_device_name(engine));
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(dense_formats_match_reference),      cmocka_unit_test(moe_layouts_match_reference),
-      cmocka_unit_test(ws_dense_formats_match_reference),   cmocka_unit_test(few_unit_copies_match_reference),
-      cmocka_unit_test(ws_moe_layouts_match_reference),     cmocka_unit_test(stream_k_is_deterministic),
+      cmocka_unit_test(dense_formats_match_reference),
+      cmocka_unit_test(moe_layouts_match_reference),
+      cmocka_unit_test(ws_dense_formats_match_reference),
+      cmocka_unit_test(few_unit_copies_match_reference),
+      cmocka_unit_test(ws_moe_layouts_match_reference),
+      cmocka_unit_test(stream_k_is_deterministic),
       cmocka_unit_test(ring_staged_tile_matches_reference),
+      cmocka_unit_test_teardown(ws_unaligned_output_matches_reference, gt_c_unskew),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_engine_destroy(engine);

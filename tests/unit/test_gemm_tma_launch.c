@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The host side of TMA token tiles, without a GPU: on a fake sm_90 driver, the kernels the
- * selection picks for large M are launched through hm_gemm_launch, and the fake records
- * the tensor map it is asked to encode (type, address, K x rows, row stride, box of one
- * 128-byte swizzle row by bm rows) and the kernel argument that reaches the launch.
- * Dense, contiguous and masked W8A8 and W4A16 launches encode one; indexed launches and
- * plain kernels do not; a failed encode fails the launch before anything is launched.
- * Indexed launches also carry max_padded, the bound the kernels hold *num_padded to, and
- * one past int32 fails before anything is launched.
+ * The host side of TMA token tiles and output stores, without a GPU: on a fake sm_90
+ * driver, the kernels the selection picks for large M are launched through hm_gemm_launch,
+ * and the fake records the tensor maps it is asked to encode (type, address, columns x
+ * rows, row stride, box of one 128-byte swizzle row by some rows) and the kernel argument
+ * that reaches the launch. Dense, contiguous and masked W8A8 and W4A16 launches encode the
+ * tokens' (box bm rows) and C's (boxes of a store's rows and of 8 rows), but not C's for a
+ * C off 16 bytes, which they say once. Indexed launches and plain kernels
+ * encode none; a failed encode fails the launch before anything is launched. Indexed
+ * launches also carry max_padded, the bound the kernels hold *num_padded to, and one past
+ * int32 fails before anything is launched.
  */
 #include <stdio.h>
 #include <string.h>
@@ -24,9 +26,7 @@
 
 #define MAP_MARK 0x600dcafeull
 
-static struct {
-  int encodes, launches;
-  CUresult encode_result;
+typedef struct {
   CUtensorMapDataType type;
   cuuint32_t rank;
   const void *address;
@@ -34,6 +34,12 @@ static struct {
   cuuint32_t box[2], steps[2];
   CUtensorMapSwizzle swizzle;
   CUtensorMapFloatOOBfill fill;
+} encoded_map;
+
+static struct {
+  int encodes, launches, warnings;
+  CUresult encode_result;
+  encoded_map maps[3]; /* in the order encoded */
   hm_gemm_kernel_params params;
 } seen;
 
@@ -43,18 +49,19 @@ static CUresult fake_encode(CUtensorMap *map, CUtensorMapDataType type, cuuint32
                             CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
                             CUtensorMapFloatOOBfill fill) {
   (void)interleave, (void)l2;
-  seen.encodes++;
-  if (seen.encode_result != CUDA_SUCCESS) return seen.encode_result;
-  seen.type = type;
-  seen.rank = rank;
-  seen.address = address;
-  memcpy(seen.dims, dims, sizeof(seen.dims));
-  memcpy(seen.strides, strides, sizeof(seen.strides));
-  memcpy(seen.box, box, sizeof(seen.box));
-  memcpy(seen.steps, steps, sizeof(seen.steps));
-  seen.swizzle = swizzle;
-  seen.fill = fill;
-  map->opaque[0] = MAP_MARK;
+  if (seen.encode_result != CUDA_SUCCESS) return seen.encodes++, seen.encode_result;
+  assert_true(seen.encodes < (int)HM_ARRAY_SIZE(seen.maps));
+  encoded_map *m = &seen.maps[seen.encodes++];
+  m->type = type;
+  m->rank = rank;
+  m->address = address;
+  memcpy(m->dims, dims, sizeof(m->dims));
+  memcpy(m->strides, strides, sizeof(m->strides));
+  memcpy(m->box, box, sizeof(m->box));
+  memcpy(m->steps, steps, sizeof(m->steps));
+  m->swizzle = swizzle;
+  m->fill = fill;
+  map->opaque[0] = MAP_MARK + (unsigned long long)seen.encodes;
   return CUDA_SUCCESS;
 }
 
@@ -104,13 +111,14 @@ static hm_kernel *metadata_kernel(const hm_gemm_config *cfg) {
 }
 
 static _Alignas(16) unsigned char a_rows[64];
-static float c_rows[16], a_scales[16];
+static _Alignas(16) unsigned char c_rows[64];
+static float a_scales[16];
 static int32_t offsets[9], counts[8], ids[16], num_padded;
 static unsigned char weights[16], workspace[16];
 
-static hm_status launch(const hm_gemm_config *cfg, int64_t m) {
+static hm_status launch_to(const hm_gemm_config *cfg, int64_t m, void *c) {
   const hm_gemm_type type = cfg->compute.type;
-  hm_gemm_args args = {.type = type, .m = m, .a = a_rows, .c = c_rows};
+  hm_gemm_args args = {.type = type, .m = m, .a = a_rows, .c = c};
   if (hm_gemm_is_w8a8(&cfg->layer)) args.a_scale = a_scales;
   args.expert_offsets = offsets;
   args.expert_counts = counts;
@@ -123,6 +131,27 @@ static hm_status launch(const hm_gemm_config *cfg, int64_t m) {
   }
   const hm_gemm_operands ops = {.weight = weights, .scales = weights};
   return hm_gemm_launch(metadata_kernel(cfg), cfg, engine.sm_count, &ops, &args, workspace, NULL);
+}
+
+static hm_status launch(const hm_gemm_config *cfg, int64_t m) {
+  return launch_to(cfg, m, c_rows);
+}
+
+/* A row-major tensor of cols x rows elements for boxes of 128 bytes by box_rows rows. */
+static void check_map(const encoded_map *m, CUtensorMapDataType type, const void *address, int64_t cols,
+                      int64_t rows, int elem_bytes, int box_rows) {
+  assert_int_equal(m->type, type);
+  assert_int_equal(m->rank, 2);
+  assert_ptr_equal(m->address, address);
+  assert_int_equal(m->dims[0], cols);
+  assert_int_equal(m->dims[1], rows);
+  assert_int_equal(m->strides[0], cols * elem_bytes);
+  assert_int_equal(m->box[0] * (cuuint32_t)elem_bytes, 128);
+  assert_int_equal(m->box[1], box_rows);
+  assert_int_equal(m->steps[0], 1);
+  assert_int_equal(m->steps[1], 1);
+  assert_int_equal(m->swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  assert_int_equal(m->fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE); /* zeros past the end, nothing written */
 }
 
 static void large_m_launches_encode_the_token_tensor(void **state) {
@@ -143,25 +172,44 @@ static void large_m_launches_encode_the_token_tensor(void **state) {
   for (size_t i = 0; i < HM_ARRAY_SIZE(cases); i++) {
     const hm_gemm_config cfg = large_m_config(cases[i].scheme, cases[i].type);
     assert_true(cfg.tuning.ws && hm_gemm_tma_a(&cfg));
+    assert_true(hm_gemm_tma_c(&cfg));
     memset(&seen, 0, sizeof(seen));
     HM_ASSERT_OK(launch(&cfg, cases[i].m));
-    assert_int_equal(seen.encodes, 1);
+    assert_int_equal(seen.encodes, 3);
     assert_int_equal(seen.launches, 1);
-    assert_int_equal(seen.type, cases[i].dtype);
-    assert_int_equal(seen.rank, 2);
-    assert_ptr_equal(seen.address, a_rows);
-    assert_int_equal(seen.dims[0], 7168);
-    assert_int_equal(seen.dims[1], cases[i].rows);
-    assert_int_equal(seen.strides[0], 7168 * cases[i].elem_bytes);
-    assert_int_equal(seen.box[0] * (cuuint32_t)cases[i].elem_bytes, 128);
-    assert_int_equal(seen.box[1], cfg.tuning.bm);
-    assert_int_equal(seen.steps[0], 1);
-    assert_int_equal(seen.steps[1], 1);
-    assert_int_equal(seen.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
-    assert_int_equal(seen.fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE); /* zeros past the end */
-    assert_int_equal(seen.params.tma_a.opaque[0], MAP_MARK);
+    check_map(&seen.maps[0], cases[i].dtype, a_rows, 7168, cases[i].rows, cases[i].elem_bytes, cfg.tuning.bm);
+    assert_int_equal(seen.params.tma_a.opaque[0], MAP_MARK + 1);
     assert_ptr_equal(seen.params.a, a_rows);
+    /* The output (N 4096, bf16), as many rows as A: a warpgroup's rows a store (wg_n 1). */
+    const int store_rows = hm_gemm_tma_c_rows(&cfg);
+    assert_int_equal(store_rows,
+                     cfg.tuning.warps_n == 4 ? cfg.tuning.bm / cfg.tuning.warps_m : cfg.tuning.bm);
+    check_map(&seen.maps[1], CU_TENSOR_MAP_DATA_TYPE_UINT16, c_rows, 4096, cases[i].rows, 2, store_rows);
+    check_map(&seen.maps[2], CU_TENSOR_MAP_DATA_TYPE_UINT16, c_rows, 4096, cases[i].rows, 2, 8);
+    assert_int_equal(seen.params.tma_c.opaque[0], MAP_MARK + 2);
+    assert_int_equal(seen.params.tma_c8.opaque[0], MAP_MARK + 3);
   }
+}
+
+static void count_warnings(hm_log_level level, const char *line, void *user) {
+  (void)user;
+  if (level == HM_LOG_WARN && strstr(line, "not 16-byte aligned")) seen.warnings++;
+}
+
+/* A C off 16 bytes gets no output maps (the kernel copies its tiles out itself), and the
+ * slower copy is said once a process. */
+static void unaligned_output_encodes_no_store_maps(void **state) {
+  (void)state;
+  const hm_gemm_config cfg = large_m_config("w8a8-fp8", HM_GEMM_GROUPED_CONTIGUOUS);
+  hm_log_set(count_warnings, NULL);
+  for (int i = 0; i < 2; i++) HM_ASSERT_OK(launch_to(&cfg, 32768, c_rows + 4));
+  hm_log_set(NULL, NULL);
+  assert_int_equal(seen.encodes, 2); /* the tokens' map, twice */
+  assert_int_equal(seen.launches, 2);
+  assert_int_equal(seen.warnings, 1);
+  const CUtensorMap zero = {{0}};
+  assert_memory_equal(&seen.params.tma_c, &zero, sizeof(zero));
+  assert_memory_equal(&seen.params.tma_c8, &zero, sizeof(zero));
 }
 
 /* Gathered rows (indexed) and the plain kernels copy their token rows: no tensor map. */
@@ -183,6 +231,7 @@ static void other_launches_encode_nothing(void **state) {
   assert_int_equal(seen.launches, 3);
   const CUtensorMap zero = {{0}};
   assert_memory_equal(&seen.params.tma_a, &zero, sizeof(zero));
+  assert_memory_equal(&seen.params.tma_c, &zero, sizeof(zero));
 }
 
 static void failed_encode_fails_the_launch(void **state) {
@@ -210,6 +259,7 @@ static void indexed_launches_carry_their_row_bound(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(large_m_launches_encode_the_token_tensor, setup, tj_teardown),
+      cmocka_unit_test_setup_teardown(unaligned_output_encodes_no_store_maps, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(other_launches_encode_nothing, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(failed_encode_fails_the_launch, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(indexed_launches_carry_their_row_bound, setup, tj_teardown),

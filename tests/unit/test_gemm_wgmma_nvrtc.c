@@ -388,29 +388,37 @@ static void shared_memory_accounting(void **state) {
   /* Stream-K: counters for 4 CTAs per SM (rounded to 256 bytes), then 2 partial tiles a CTA. */
   assert_int_equal(hm_gemm_workspace_bytes(&c, 132), 2304 + (size_t)2 * 132 * 128 * 256 * 4);
   /* Warp-specialized W8A8, fp8 blocks, 1x128 activation scales, masked: 5 stages of A 16384 +
-   * units 16384 + scales 512 (rounded to 33792), the tile staged in bf16 beside them with a
-   * pitch of 272 bytes (rows 4 banks apart), 14 barriers, two map sets, flag, prefix; and a
-   * producer warpgroup. */
+   * units 16384 + scales 512 (rounded to 33792), the tile staged in bf16 beside them as the
+   * tensor stores read it (128 rows of 256 bytes, no padding), 14 barriers, two map sets,
+   * flag, prefix; and a producer warpgroup. Indexed, whose rows go out by bulk stores, with
+   * a pitch of 272 bytes (rows 4 banks apart), and no prefix. */
   const hm_gemm_config ws = w8a8_config_of(&w8a8_formats[0], HM_GEMM_GROUPED_MASKED, &w8a8_ws_shapes[0]);
   assert_int_equal(hm_gemm_config_smem_bytes(&ws),
-                   1024 + 5 * 33792 + 128 * (128 * 2 + 16) + 14 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+                   1024 + 5 * 33792 + 128 * 128 * 2 + 14 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+  const hm_gemm_config ws_idx = w8a8_config_of(&w8a8_formats[0], HM_GEMM_INDEXED, &w8a8_ws_shapes[0]);
+  assert_int_equal(hm_gemm_config_smem_bytes(&ws_idx),
+                   1024 + 5 * 33792 + 128 * (128 * 2 + 16) + 14 * 8 + 2 * 3 * 128 * 4 + 4);
   assert_int_equal(hm_gemm_config_threads(&ws), 384);
   /* Three consumer warpgroups, bm 192: 4 stages of A 24576 + units 16384 + scales 768
    * (rounded to 41984), the tile staged beside them, 12 barriers; 512 threads. */
   const hm_gemm_config ws3 = w8a8_config_of(&w8a8_formats[0], HM_GEMM_GROUPED_MASKED, &w8a8_ws3_shape);
   assert_int_equal(hm_gemm_config_smem_bytes(&ws3),
-                   1024 + 4 * 41984 + 192 * (128 * 2 + 16) + 12 * 8 + 2 * 3 * 192 * 4 + 4 + 64 * 4);
+                   1024 + 4 * 41984 + 192 * 128 * 2 + 12 * 8 + 2 * 3 * 192 * 4 + 4 + 64 * 4);
   assert_int_equal(hm_gemm_config_threads(&ws3), 512);
   /* Warp-specialized u4 g128 with zero points, bm 128, bn 256, bk 128: 3 stages of A 32768 +
-   * units 16384 + scales 512 + zeros 256 (rounded to 50176), the tile staged in bf16 with a
-   * pitch of 516 bytes, 10 barriers, two map sets, flag, prefix. */
+   * units 16384 + scales 512 + zeros 256 (rounded to 50176), the tile staged in bf16 for the
+   * tensor stores (rows of 512 bytes), 10 barriers, two map sets, flag, prefix; indexed with
+   * a pitch of 516 bytes and no prefix. */
   const hm_gemm_config wo = config_of(&formats[0], HM_GEMM_GROUPED_MASKED, &ws_shapes[0]);
   assert_int_equal(hm_gemm_config_smem_bytes(&wo),
-                   1024 + 3 * 50176 + 128 * (256 * 2 + 4) + 10 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
+                   1024 + 3 * 50176 + 128 * 256 * 2 + 10 * 8 + 2 * 3 * 128 * 4 + 4 + 64 * 4);
   assert_int_equal(hm_gemm_config_threads(&wo), 384);
   assert_false(hm_gemm_ws_c_in_ring(&wo));
+  const hm_gemm_config wo_idx = config_of(&formats[0], HM_GEMM_INDEXED, &ws_shapes[0]);
+  assert_int_equal(hm_gemm_config_smem_bytes(&wo_idx),
+                   1024 + 3 * 50176 + 128 * (256 * 2 + 4) + 10 * 8 + 2 * 3 * 128 * 4 + 4);
   /* bm 256, bn 128, bk 128: 3 stages of A 65536 + units 8192 + scales 256 + zeros 128
-   * (rounded to 74752), and no room beside them for the tile (256 x 260 bytes): it is staged
+   * (rounded to 74752), and no room beside them for the tile (256 x 256 bytes): it is staged
    * in a ring slot, so only the barriers and map sets follow the stages. */
   const hm_gemm_config ring = config_of(&formats[0], HM_GEMM_GROUPED_MASKED, &ring_shape);
   assert_true(hm_gemm_ws_c_in_ring(&ring));

@@ -18,8 +18,10 @@
 
 // The row pitch of the staging tile without tensor stores: an odd number of words keeps a
 // warp's 4-byte writes (8 tokens x 4 column pairs) conflict-free. The swizzled tile of the
-// tensor stores takes them 4-way (each lane's 4 bytes at the same word of a 16-byte chunk,
-// 8 chunks a 128-byte row): a quarter of the copy loop's cost, which it replaces.
+// tensor stores takes them 4-way (each lane's 4 bytes at the same word of a 16-byte chunk;
+// a chunk's 8 columns lie in four warps, so no shuffle gathers them), and still the tail
+// is shorter without the copy loop (dense M = 4096: 7.0 → 5.6 us a segment, H100,
+// forty-second session).
 template <class C>
 constexpr int hm_wgws_c_pitch = C::bn * 2 + 4;
 

@@ -34,6 +34,24 @@ struct hm_tc_tile {
                 "a box holds 8 to 256 rows, 8 at a time");
 };
 
+// The whole swizzled tile out by the computing threads' own stores, a pair at a time: for a
+// C the tensor maps cannot take (rare, and said on the host), so small code over speed;
+// the batched copy (hm_wg_copy_staged) made each kernel 1,000 instructions longer, and
+// NVRTC takes a fifth longer over them.
+template <class C>
+__device__ __forceinline__ void hm_tc_copy_rows(const hm_gemm_params &p, const hm_tile &tile,
+                                                const unsigned char *stage, const int *c_row) {
+  constexpr int pairs = C::bn / 2;
+  const int x0 = tile.n_tile * C::bn;
+  hm_u32 *c = (hm_u32 *)p.c;
+#pragma unroll 1
+  for (int i = threadIdx.x; i < C::bm * pairs; i += hm_wg_traits<C>::threads) {
+    const int r = i / pairs, col = 2 * (i % pairs), row = c_row[r];
+    if (row >= 0 && x0 + col < C::n)
+      c[((long long)row * C::n + x0 + col) >> 1] = *(const hm_u32 *)(stage + hm_tc_tile<C>::offset(r, col));
+  }
+}
+
 // How many of tile rows [first, first + C::tma_c_rows) have a C row: the rows that have one
 // come first (each is its group's next row).
 template <class C>
@@ -76,6 +94,7 @@ __device__ __forceinline__ void hm_tc_store_rows(const hm_gemm_params &p, const 
     hm_bulk_commit();
   }
   hm_u32 *c = (hm_u32 *)p.c;
+#pragma unroll 1
   for (int i = t; i < (valid - whole) * pairs; i += threads) {
     const int r = whole + i / pairs, col = 2 * (i % pairs);
     if (x0 + col < C::n)
@@ -121,8 +140,11 @@ struct hm_ws_out {
   // The whole tile out by the computing threads' own stores.
   __device__ static __forceinline__ void copy(const hm_gemm_params &p, const hm_tile &tile,
                                               const unsigned char *stage, const int *c_row) {
-    hm_wg_copy_staged<C>(p, tile, c_row,
-                         [&](int r, int pc) { return *(const hm_u32 *)(stage + offset(r, 2 * pc)); });
+    if constexpr (C::tma_c)
+      hm_tc_copy_rows<C>(p, tile, stage, c_row);
+    else
+      hm_wg_copy_staged<C>(p, tile, c_row,
+                           [&](int r, int pc) { return *(const hm_u32 *)(stage + r * PITCH + pc * 4); });
   }
 };
 

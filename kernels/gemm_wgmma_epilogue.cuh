@@ -195,15 +195,14 @@ __device__ __forceinline__ void hm_wg_stage_out(const hm_gemm_params &p, const h
   }
 }
 
-// Copies a tile staged in the output type out as whole rows; load(r, pc) reads token r's
-// column pair pc from the staging tile.
-template <class C, class Load>
-__device__ __forceinline__ void hm_wg_copy_staged(const hm_gemm_params &p, const hm_tile &tile,
-                                                  const int *c_row, Load &&load) {
+// Copies a tile staged in the output type (PITCH bytes a row) out as whole rows.
+template <class C, int PITCH>
+__device__ __forceinline__ void hm_wg_copy_rows(const hm_gemm_params &p, const hm_tile &tile,
+                                                const unsigned char *smem, const int *c_row) {
   hm_u32 *c = (hm_u32 *)p.c;
-  hm_wg_pairs_out<C>(tile, c_row, load, [&](int row, int, int col, hm_u32 v) {
-    c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] = v;
-  });
+  hm_wg_pairs_out<C>(
+      tile, c_row, [&](int r, int pc) { return *(const hm_u32 *)(smem + r * PITCH + pc * 4); },
+      [&](int row, int, int col, hm_u32 v) { c[((long long)row * C::n + tile.n_tile * C::bn + col) >> 1] = v; });
 }
 
 // Whether a tile staged in the output type (PITCH bytes a row) may go out by bulk stores:

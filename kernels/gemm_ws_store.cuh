@@ -34,19 +34,21 @@ struct hm_tc_tile {
                 "a box holds 8 to 256 rows, 8 at a time");
 };
 
-// The whole swizzled tile out by the computing threads' own stores, a pair at a time: for a
-// C the tensor maps cannot take (rare, and said on the host), so small code over speed;
-// the batched copy (hm_wg_copy_staged) made each kernel 1,000 instructions longer, and
-// NVRTC takes a fifth longer over them.
+// Tile rows [r0, r1) of the swizzled tile out to their rows of C by thread t of `threads`,
+// a column pair at a time: small code over speed, for what the tensor stores do not take
+// (a group's last rows past its 8-row boxes; a C the tensor maps cannot describe, rare and
+// said on the host). The batched copy (hm_wg_pairs_out) made each W8A8 kernel 1,000
+// instructions longer, and NVRTC took a fifth longer over them.
 template <class C>
 __device__ __forceinline__ void hm_tc_copy_rows(const hm_gemm_params &p, const hm_tile &tile,
-                                                const unsigned char *stage, const int *c_row) {
+                                                const unsigned char *stage, const int *c_row, int r0, int r1,
+                                                int t, int threads) {
   constexpr int pairs = C::bn / 2;
   const int x0 = tile.n_tile * C::bn;
   hm_u32 *c = (hm_u32 *)p.c;
 #pragma unroll 1
-  for (int i = threadIdx.x; i < C::bm * pairs; i += hm_wg_traits<C>::threads) {
-    const int r = i / pairs, col = 2 * (i % pairs), row = c_row[r];
+  for (int i = t; i < (r1 - r0) * pairs; i += threads) {
+    const int r = r0 + i / pairs, col = 2 * (i % pairs), row = c_row[r];
     if (row >= 0 && x0 + col < C::n)
       c[((long long)row * C::n + x0 + col) >> 1] = *(const hm_u32 *)(stage + hm_tc_tile<C>::offset(r, col));
   }
@@ -75,7 +77,7 @@ __device__ __forceinline__ void hm_tc_store_rows(const hm_gemm_params &p, const 
                                                  const unsigned char *stage, const int *c_row, int first,
                                                  int t, int threads) {
   using S = hm_tc_tile<C>;
-  constexpr int R = C::tma_c_rows, boxes = C::bn / 64, pairs = C::bn / 2;
+  constexpr int R = C::tma_c_rows, boxes = C::bn / 64;
   const int row0 = c_row[first], x0 = tile.n_tile * C::bn;
   if (row0 < 0) return;
   const int valid = c_row[first + R - 1] >= 0 ? R : hm_tc_valid_rows<C>(c_row, first);
@@ -93,14 +95,7 @@ __device__ __forceinline__ void hm_tc_store_rows(const hm_gemm_params &p, const 
     }
     hm_bulk_commit();
   }
-  hm_u32 *c = (hm_u32 *)p.c;
-#pragma unroll 1
-  for (int i = t; i < (valid - whole) * pairs; i += threads) {
-    const int r = whole + i / pairs, col = 2 * (i % pairs);
-    if (x0 + col < C::n)
-      c[((long long)(row0 + r) * C::n + x0 + col) >> 1] =
-          *(const hm_u32 *)(stage + S::offset(first + r, col));
-  }
+  hm_tc_copy_rows<C>(p, tile, stage, c_row, first + whole, first + valid, t, threads);
 }
 
 // The staging tile and its way out: by tensor stores (C::tma_c), else by bulk rows from
@@ -141,10 +136,9 @@ struct hm_ws_out {
   __device__ static __forceinline__ void copy(const hm_gemm_params &p, const hm_tile &tile,
                                               const unsigned char *stage, const int *c_row) {
     if constexpr (C::tma_c)
-      hm_tc_copy_rows<C>(p, tile, stage, c_row);
+      hm_tc_copy_rows<C>(p, tile, stage, c_row, 0, C::bm, threadIdx.x, hm_wg_traits<C>::threads);
     else
-      hm_wg_copy_staged<C>(p, tile, c_row,
-                           [&](int r, int pc) { return *(const hm_u32 *)(stage + r * PITCH + pc * 4); });
+      hm_wg_copy_rows<C, PITCH>(p, tile, stage, c_row);
   }
 };
 

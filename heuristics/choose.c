@@ -142,11 +142,14 @@ static bool runs_alone(const hm_gemm_config *cfg, const hm_device_profile *p) {
  * k and four stages: 1.084x on an H200, whose loop the warps' issue rate sets (two warps a
  * scheduler hide what one cannot), and 1.02x on an H100, whose DRAM sets it (N = K = 8192
  * at one token; thirty-fifth and thirty-sixth sessions); at 16 rows the same 1.07x on an
- * H200 (15.89 against 17.00 us, sixteen warps along k 16.76; fortieth session). It is
- * offered where K fills its four-stage ring (it was measured on 16 k-tiles); at 16 rows
- * only on the 16 k-tiles measured, since the model scores it below Stream-K at K = 4096
- * (where the bk 256 tile ran 1.19x faster) and above it at K = 32768 (where that tile ran
- * 0.93x). Elsewhere the bk 256 one stands.
+ * H200 (15.89 against 17.00 us, sixteen warps along k 16.76; fortieth session). The 8-row
+ * tile's ring of six stages ran 1.03x (one and two tokens) and 1.045x (eight) faster than
+ * four at N = K = 8192 on an H100, five 1.03x and 1.01x, seven between them; at 16 rows six
+ * were level (forty-third session): more weight in flight where one CTA an SM streams alone.
+ * It is offered where K fills its ring, six stages or else four (it was measured on 16
+ * k-tiles); at 16 rows only on the 16 k-tiles measured, since the model scores it below
+ * Stream-K at K = 4096 (where the bk 256 tile ran 1.19x faster) and above it at K = 32768
+ * (where that tile ran 0.93x). Elsewhere the bk 256 one stands.
  * Units within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table
  * only knows the arch, so it is settled here.
  */
@@ -157,18 +160,27 @@ bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p,
                      (base->layer.act == HM_F16 || base->layer.act == HM_BF16);
   if ((bm != 8 && bm != 16) || !w4a16 || units > p->sm_count || 8 * units < 7 * (int64_t)p->sm_count)
     return false;
-  hm_gemm_config deep = *base, unit = *base;
-  deep.tuning = (hm_gemm_tuning){bm, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false};
-  unit.tuning = (hm_gemm_tuning){bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
-  const int64_t k_tiles = hm_gemm_k_iters(&deep);
-  const bool deep_fits = bm == 8 ? k_tiles >= deep.tuning.stages : k_tiles == 16;
-  if (deep_fits && runs_alone(&deep, p)) {
-    *out = deep.tuning;
-    return true;
+  const hm_gemm_tuning deep = {bm, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false};
+  hm_gemm_tuning ring6 = deep;
+  ring6.stages = 6;
+  const hm_gemm_tuning unit = {bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
+  hm_gemm_config cfg = *base;
+  cfg.tuning = deep;
+  const int64_t k_tiles = hm_gemm_k_iters(&cfg);
+  const struct {
+    hm_gemm_tuning tuning;
+    bool offered;
+  } order[] = {{ring6, bm == 8 && k_tiles >= ring6.stages},
+               {deep, bm == 8 ? k_tiles >= deep.stages : k_tiles == 16},
+               {unit, true}};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(order); i++) {
+    cfg.tuning = order[i].tuning;
+    if (order[i].offered && runs_alone(&cfg, p)) {
+      *out = cfg.tuning;
+      return true;
+    }
   }
-  if (!runs_alone(&unit, p)) return false;
-  *out = unit.tuning;
-  return true;
+  return false;
 }
 
 /*

@@ -143,8 +143,10 @@ static void decode_keeps_every_sm_streaming(void **state) {
  * against 18.73 on the Stream-K tile, at eight 15.83 against 18.76 (H100, docs/PERF.md
  * twenty-fifth session), and the model orders them so. Its 8 rows take bk 512 and eight
  * warps along k: 12.90 us against 13.98 on bk 256 and four warps (H200, thirty-sixth
- * session), 15.86-15.96 against 16.22-16.27 (H100, thirty-fifth); K = 1024, two k-tiles
- * of 512 for its four stages, keeps bk 256. N = 4096 has units for half the SMs and keeps
+ * session), 15.86-15.96 against 16.22-16.27 (H100, thirty-fifth), on a ring of six stages
+ * where K holds them: 14.81-15.04 against four's 15.22-15.69 (H100, forty-third); K = 2048,
+ * four k-tiles, keeps four stages; K = 1024, two k-tiles of 512 for its four stages, keeps
+ * bk 256. N = 4096 has units for half the SMs and keeps
  * Stream-K. The 16-row tile at 16 tokens: 10.80 against 12.83 us at K = 4096, 17.65
  * against 19.26 at K = 8192, but 60.08 against 55.63 at K = 32768; at K = 8192 it too
  * takes bk 512 and eight warps along k, 15.89 against 17.00 us (H200, fortieth session).
@@ -159,8 +161,11 @@ static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
     hm_gemm_config cfg;
     HM_ASSERT_OK(hm_choose_config(&lc, HM_GEMM_DENSE, &p, 4, 8, &cfg, NULL));
     assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 64 && cfg.tuning.bk == 512 &&
-                cfg.tuning.warps_k == 8 && cfg.tuning.stages == 4 && !cfg.tuning.stream_k &&
+                cfg.tuning.warps_k == 8 && cfg.tuning.stages == 6 && !cfg.tuning.stream_k &&
                 cfg.tuning.ctas_per_sm == 1);
+    const hm_layer_config four_k_tiles = hm_test_layer_config("w4a16", 8192, 2048, 1, 0);
+    HM_ASSERT_OK(hm_choose_config(&four_k_tiles, HM_GEMM_DENSE, &p, 4, 8, &cfg, NULL));
+    assert_true(cfg.tuning.bk == 512 && cfg.tuning.warps_k == 8 && cfg.tuning.stages == 4);
     const hm_layer_config short_k = hm_test_layer_config("w4a16", 8192, 1024, 1, 0);
     HM_ASSERT_OK(hm_choose_config(&short_k, HM_GEMM_DENSE, &p, 0, 1, &cfg, NULL));
     assert_true(cfg.tuning.bm == 8 && cfg.tuning.bn == 64 && cfg.tuning.bk == 256 && cfg.tuning.warps_k == 4);

@@ -9,12 +9,13 @@
  * layers, at M = 1, 2, 7, 8 with N and K off the tile grid, C poisoned first; four
  * tunings (Stream-K or not, 1, 2 or 4 k-warps, bk 64..256, 1 or 2 units a warp, 1 to 16
  * k16 steps a warp sums before the late-scale fold, gemm_swap.cuh) and the dense decode
- * unit tile (bk 512 on eight k-warps, four or six stages, heuristics/choose.c). All cases run and print
- * before the test fails. The MoE checks are a test a GEMM type, so that a device call runs them side by side
- * (scripts/device-ab.sh run_cases): as one they took over 280 s on an H100 (docs/PERF.md, thirty-third and
- * thirty-fourth sessions). The indexed one's down runs of data-parallel tunings, whose grids have spare CTAs,
- * stalled for minutes in a third of its processes until the prefetch stopped dividing by a min_iters of 0
- * (hm_sk_split.cuh; thirty-sixth and thirty-seventh sessions).
+ * unit tile (bk 512 on eight k-warps, four or six stages, heuristics/choose.c). All cases
+ * run and print before the test fails. The MoE checks are a test a GEMM type, so that a
+ * device call runs them side by side (scripts/device-ab.sh run_cases): as one they took
+ * over 280 s on an H100 (docs/PERF.md, thirty-third and thirty-fourth sessions). The
+ * indexed one's down runs of data-parallel tunings, whose grids have spare CTAs, stalled
+ * for minutes in a third of its processes until the prefetch stopped dividing by a
+ * min_iters of 0 (hm_sk_split.cuh; thirty-sixth and thirty-seventh sessions).
  */
 #include "gemm_moe_util.h"
 #include "kernels/gemm_gen.h"
@@ -82,7 +83,7 @@ static const hm_gemm_tuning tunings[] = {
     {8, 128, 256, 1, 1, 4, 3, true, 2, 1, HM_MMA_SYNC, false},
     {8, 256, 256, 1, 4, 1, 3, true, 2, 1, HM_MMA_SYNC, false}, /* 16 k16 steps a warp and stage */
     {8, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false}, /* the dense decode unit tile */
-    {8, 64, 512, 1, 1, 8, 6, false, 0, 1, HM_MMA_SYNC, false}, /* ... on its ring where K holds six stages */
+    {8, 64, 512, 1, 1, 8, 6, false, 0, 1, HM_MMA_SYNC, false}, /* its six-stage ring */
 };
 #define TUNINGS ((int)HM_ARRAY_SIZE(tunings))
 

@@ -143,8 +143,8 @@ static bool runs_alone(const hm_gemm_config *cfg, const hm_device_profile *p) {
  * scheduler hide what one cannot), and 1.02x on an H100, whose DRAM sets it (N = K = 8192
  * at one token; thirty-fifth and thirty-sixth sessions); at 16 rows the same 1.07x on an
  * H200 (15.89 against 17.00 us, sixteen warps along k 16.76; fortieth session). The 8-row
- * tile's ring of six stages ran 1.03x (one and two tokens) and 1.045x (eight) faster than
- * four at N = K = 8192 on an H100, five 1.03x and 1.01x, seven between them; at 16 rows six
+ * tile on six stages ran 1.03x (one and two tokens) and 1.045x (eight) faster than on four
+ * at N = K = 8192 on an H100, five 1.03x throughout, seven within 1 % of six; at 16 rows six
  * were level (forty-third session): more weight in flight where one CTA an SM streams alone.
  * It is offered where K fills its ring, six stages or else four (it was measured on 16
  * k-tiles); at 16 rows only on the 16 k-tiles measured, since the model scores it below

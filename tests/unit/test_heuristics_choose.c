@@ -143,13 +143,13 @@ static void decode_keeps_every_sm_streaming(void **state) {
  * against 18.73 on the Stream-K tile, at eight 15.83 against 18.76 (H100, docs/PERF.md
  * twenty-fifth session), and the model orders them so. Its 8 rows take bk 512 and eight
  * warps along k: 12.90 us against 13.98 on bk 256 and four warps (H200, thirty-sixth
- * session), 15.86-15.96 against 16.22-16.27 (H100, thirty-fifth), on a ring of six stages
- * where K holds them: 14.81-15.04 against four's 15.22-15.69 (H100, forty-third); K = 2048,
- * four k-tiles, keeps four stages; K = 1024, two k-tiles of 512 for its four stages, keeps
- * bk 256. N = 4096 has units for half the SMs and keeps
- * Stream-K. The 16-row tile at 16 tokens: 10.80 against 12.83 us at K = 4096, 17.65
- * against 19.26 at K = 8192, but 60.08 against 55.63 at K = 32768; at K = 8192 it too
- * takes bk 512 and eight warps along k, 15.89 against 17.00 us (H200, fortieth session).
+ * session), 15.86-15.96 against 16.22-16.27 (H100, thirty-fifth), on six stages where K
+ * holds them: 14.81-15.04 against four's 15.22-15.69 (H100, forty-third); K = 2048, four
+ * k-tiles, keeps four stages; K = 1024, two k-tiles of 512 for its four stages, keeps bk
+ * 256. N = 4096 has units for half the SMs and keeps Stream-K. The 16-row tile at 16
+ * tokens: 10.80 against 12.83 us at K = 4096, 17.65 against 19.26 at K = 8192, but 60.08
+ * against 55.63 at K = 32768; at K = 8192 it too takes bk 512 and eight warps along k,
+ * 15.89 against 17.00 us (H200, fortieth session).
  */
 static void dense_decode_takes_a_unit_a_sm_where_units_fill_them(void **state) {
   (void)state;

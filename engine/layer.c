@@ -173,6 +173,10 @@ hm_status hm_layer_forward(hm_layer *l, const hm_gemm_args *args, hm_stream *str
   if (!l->transformed) HM_FAIL(HM_NOT_READY, "layer forward before transform");
   if (stream != NULL && stream->engine != l->engine)
     HM_FAIL(HM_INVALID_ARGUMENT, "layer forward on a stream of another engine");
+  if (args->next_layer != NULL && args->next_layer->engine != l->engine)
+    HM_FAIL(HM_INVALID_ARGUMENT, "layer forward: next_layer belongs to another engine");
+  if (args->next_layer != NULL && !args->next_layer->transformed)
+    HM_FAIL(HM_NOT_READY, "layer forward: next_layer is not transformed");
   if (l->engine->kind == HM_BACKEND_CUDA) return hm_layer_cuda_forward(l, args, stream);
   return hm_layer_host_forward(l, args);
 }

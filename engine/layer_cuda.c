@@ -142,6 +142,7 @@ static hm_status upload_transformed(hm_layer *l, hm_stream *stream) {
   HM_CHECK_GOTO(alloc_upload(e, l->host.scales, sz.in_scale_bytes, &in_s), done);
   HM_CHECK_GOTO(alloc_upload(e, l->host.zeros, sz.in_zero_bytes, &in_z), done);
   HM_CHECK_GOTO(alloc_upload(e, NULL, sz.weight_bytes, &d->weight), done);
+  d->weight_bytes = sz.weight_bytes;
   HM_CHECK_GOTO(alloc_upload(e, NULL, sz.scale_bytes, &d->scales), done);
   HM_CHECK_GOTO(alloc_upload(e, NULL, sz.zero_bytes, &d->zeros), done);
   hm_transform_buffers b = {in_w, in_s, in_z, d->weight, d->scales, d->zeros};
@@ -227,6 +228,23 @@ fail:
   return ret;
 }
 
+hm_gemm_operands hm_layer_operands(const hm_layer *l) {
+  const hm_gemm_operands ops = {
+      l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale, {NULL, 0, 0}};
+  return ops;
+}
+
+/* The transformed weights of the layer after this one, as whole 64-column units over K; none
+ * for a MoE layer, whose first weights its routing picks. */
+static hm_gemm_next next_weights(const hm_layer *next) {
+  hm_gemm_next n = {0};
+  if (next == NULL || next->dev.weight == NULL || next->cfg.experts != 1) return n;
+  n.units = next->cfg.experts * ((next->cfg.n + 63) / 64);
+  n.unit_bytes = (int64_t)(next->dev.weight_bytes / (size_t)n.units);
+  n.weight = next->dev.weight;
+  return n;
+}
+
 hm_status hm_layer_cuda_forward(hm_layer *l, const hm_gemm_args *args, hm_stream *stream) {
   if ((unsigned)args->type >= HM_LAYER_TYPES) HM_FAIL(HM_INVALID_ARGUMENT, "GEMM type %d unknown", (int)args->type);
   if (!l->dev.tables[args->type].built) {
@@ -236,7 +254,8 @@ hm_status hm_layer_cuda_forward(hm_layer *l, const hm_gemm_args *args, hm_stream
   int i = 0;
   HM_CHECK(hm_layer_entry_of(l, args, &i));
   const hm_layer_table *t = &l->dev.tables[args->type];
-  const hm_gemm_operands ops = {l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+  hm_gemm_operands ops = hm_layer_operands(l);
+  ops.next = next_weights(args->next_layer);
   return hm_gemm_launch(t->kernels[i], &l->plans[args->type].plan.cfg[i], l->engine->sm_count, &ops, args,
                         l->dev.workspace, stream);
 }

@@ -20,6 +20,7 @@ typedef struct hm_layer_table {
 /* What the CUDA backend keeps: transformed weights, workspace, kernel tables. */
 typedef struct hm_layer_device {
   void *weight, *scales, *zeros, *bias, *global_scale;
+  size_t weight_bytes;
   void *workspace;
   size_t workspace_bytes;
   hm_layer_table tables[HM_LAYER_TYPES];
@@ -65,6 +66,8 @@ hm_status hm_layer_kernel_config(const hm_layer *l, const hm_gemm_args *args, hm
 hm_status hm_layer_kernel_of(const hm_layer *l, const hm_gemm_args *args, hm_kernel **out);
 /* CUDA: checks that kernels exist for the layer (support matrix, shapes). */
 hm_status hm_layer_cuda_check(const hm_layer *l);
+/* The layer's device operands for a GEMM launch (no next GEMM's weights). */
+hm_gemm_operands hm_layer_operands(const hm_layer *l);
 /* CUDA: uploads and transforms the weights, builds the kernel tables of the layer's types. */
 hm_status hm_layer_cuda_transform(hm_layer *l, hm_stream *stream);
 hm_status hm_layer_cuda_forward(hm_layer *l, const hm_gemm_args *args, hm_stream *stream);

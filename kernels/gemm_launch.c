@@ -164,6 +164,12 @@ hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *a) {
   HM_FAIL(HM_INVALID_ARGUMENT, "GEMM type %d unknown", (int)a->type);
 }
 
+bool hm_gemm_warms_next(const hm_gemm_config *cfg, const hm_gemm_args *args, int grid) {
+  if (!hm_gemm_exclusive_sm(cfg) || hm_gemm_is_w8a8(&cfg->layer) || cfg->tuning.stream_k) return false;
+  const int64_t m_tiles = (args->m + cfg->tuning.bm - 1) / cfg->tuning.bm;
+  return m_tiles * hm_gemm_n_tiles(cfg) <= grid;
+}
+
 hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_count, const hm_gemm_operands *ops,
                          const hm_gemm_args *args, void *workspace, hm_stream *stream) {
   HM_CHECK_NOT_NULL(kernel);
@@ -198,6 +204,11 @@ hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_co
   p.grid = grid;
   p.routing_ready = args->type != HM_GEMM_DENSE && args->routing_ready;
   p.max_padded = args->type == HM_GEMM_INDEXED ? (int32_t)args->max_padded : 0;
+  if (ops->next.weight != NULL && hm_gemm_warms_next(cfg, args, grid)) {
+    p.next_b = ops->next.weight;
+    p.next_unit_bytes = ops->next.unit_bytes;
+    p.next_units = (int32_t)ops->next.units;
+  }
   if (hm_gemm_tma_a(cfg)) HM_CHECK(encode_tma_a(cfg, args, &p.tma_a));
   if (hm_gemm_tma_c(cfg)) HM_CHECK(encode_tma_c(cfg, args, &p));
   hm_launch_dims dims;

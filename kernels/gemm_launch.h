@@ -38,6 +38,9 @@ typedef struct hm_gemm_kernel_params {
   int32_t routing_ready;
   int32_t max_padded;
   const float *a_scale;
+  const void *next_b;
+  int64_t next_unit_bytes;
+  int32_t next_units;
   CUtensorMap tma_a;
   CUtensorMap tma_c, tma_c8;
 } hm_gemm_kernel_params;
@@ -62,13 +65,23 @@ bool hm_gemm_tma_c(const hm_gemm_config *cfg);
  * warpgroups share rows. */
 int hm_gemm_tma_c_rows(const hm_gemm_config *cfg);
 
-/* Transformed weights of a layer on the device (kernels/transform.h). */
+/* The weights the stream's next GEMM reads (transformed, laid out (E, N/64, K) in units of
+ * 64 columns over all of K): units of unit_bytes each; weight NULL where none is known. */
+typedef struct hm_gemm_next {
+  const void *weight;
+  int64_t unit_bytes;
+  int64_t units;
+} hm_gemm_next;
+
+/* Transformed weights of a layer on the device (kernels/transform.h), and those of the
+ * GEMM after it on the stream, which a dense decode launch warms in L2 (hm_gemm_warms_next). */
 typedef struct hm_gemm_operands {
   const void *weight;
   const void *scales;
   const uint8_t *zeros;
   const void *bias;
   const float *global_scale;
+  hm_gemm_next next;
 } hm_gemm_operands;
 
 /*
@@ -81,6 +94,12 @@ size_t hm_gemm_workspace_bytes(const hm_gemm_config *cfg, int sm_count);
 int hm_gemm_grid(const hm_gemm_config *cfg, int sm_count, const hm_gemm_args *args);
 /* Checks args against cfg (type, pointers, block_m, sizes). */
 hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *args);
+/*
+ * Whether a launch of cfg with `grid` CTAs warms the next GEMM's weights in L2 (ops->next):
+ * an mma.sync dense decode tile alone on its SM (hm_gemm_exclusive_sm) whose every CTA runs
+ * one whole tile, so that the warm-up comes after the CTA's last weight copy is issued.
+ */
+bool hm_gemm_warms_next(const hm_gemm_config *cfg, const hm_gemm_args *args, int grid);
 /* Launches kernel (built from cfg) on stream. workspace: hm_gemm_workspace_bytes, zeroed once. */
 hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_count, const hm_gemm_operands *ops,
                          const hm_gemm_args *args, void *workspace, hm_stream *stream);

@@ -113,6 +113,25 @@ __device__ __forceinline__ void hm_mainloop_fill(const hm_gemm_params &p, const 
   });
 }
 
+// The stream's next GEMM's weights (p.next_b, set where hm_gemm_warms_next) warmed in L2 by
+// thread 0 of a decode tile alone on its SM, once it has issued its last weight copy: of
+// unit c of the next GEMM, which the next grid's CTA c takes first, as many leading bytes
+// as this tile's ring holds (units past this grid stay cold). The DRAM has nothing else to do
+// from there to the next grid's first copies: this grid's last stages, its store and exit,
+// and the next grid's entry and wait (traced: 3.15 us from a CTA's entry to its first stage
+// on an H100, forty-fourth session). Those first copies then come from L2.
+template <class C>
+__device__ __forceinline__ void hm_warm_next_weights(const hm_gemm_params &p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using T = hm_gemm_traits<C>;
+  constexpr long long ring = (long long)C::stages * T::steps * T::unit_bytes;
+  const unsigned bytes = (unsigned)(p.next_unit_bytes < ring ? p.next_unit_bytes : ring);
+  if ((int)blockIdx.x >= p.next_units) return;
+  const unsigned char *src = (const unsigned char *)p.next_b + (long long)blockIdx.x * p.next_unit_bytes;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
 // Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), their first stages in
 // flight (hm_mainloop_fill). Leaves the pipeline drained and the CTA synchronized, so shared
 // memory may be reused on return.
@@ -127,6 +146,7 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
   const hm_load_plan<C> plan = hm_load_plan_init<C>(p, tile, a_row);
   const hm_lane_addr<C> la = hm_lane_addr_init<C>(wm, wn, wk, lane);
   const int count = ke - kb;
+  const int last_refill = count > C::stages ? count - C::stages : 0;  // copies the last k-tile
   for (int i = 0; i < count; ++i) {
     tr.awaiting();
     hm_cp_async_wait<C::stages - 2>();
@@ -141,6 +161,8 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
     hm_compute_stage<C>(smem + (i % C::stages) * T::stage_bytes, la, acc);
     if constexpr (T::copies_after_compute) refill();
     hm_cp_async_commit();
+    if constexpr (C::exclusive_sm)
+      if (i == last_refill && threadIdx.x == 0 && p.next_units > 0) hm_warm_next_weights<C>(p);
   }
   tr.looped();
   if constexpr (T::swap_ab) {

@@ -33,6 +33,9 @@ struct hm_gemm_params {
   int routing_ready;             // grouped: routing complete before launch (gemm_pdl.cuh)
   int max_padded;                // indexed: rows sorted_ids holds, the bound of *num_padded
   const float *a_scale;          // W8A8: activation scales per A row, or per A row and 128 columns
+  const void *next_b;            // the stream's next GEMM's weights, to warm in L2 (gemm_mainloop.cuh)
+  long long next_unit_bytes;     // its bytes a 64-column unit over all of K
+  int next_units;                // its units (E x N/64); 0: nothing to warm
   hm_tma_map tma_a;              // where C::tma_a: the activations for TMA (gemm_launch.c)
   hm_tma_map tma_c, tma_c8;      // where C::tma_c: the output, boxes of tma_c_rows and of 8 rows
 };

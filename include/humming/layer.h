@@ -96,6 +96,12 @@ typedef struct hm_gemm_args {
                                   * sm_90 decode launch then reads it to warm L2 with its first
                                   * weights while that kernel still drains. Only A and a_scale
                                   * may be that kernel's output. */
+  const struct hm_layer *next_layer; /* optional: the layer whose forward follows this one on
+                                      * the stream (same engine, transformed). Where that is a
+                                      * dense layer, an sm_90 dense decode launch warms L2 with
+                                      * the start of its weights once its own are on the way,
+                                      * so that the next launch's first weight copies do not
+                                      * wait for the DRAM. */
 } hm_gemm_args;
 
 typedef struct hm_layer hm_layer;

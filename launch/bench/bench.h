@@ -40,7 +40,8 @@ typedef struct hm_bench_opts {
   char json_path[HM_OPT_STR_LEN], csv_path[HM_OPT_STR_LEN];
   hm_int_list m;
   int64_t ep, tp, iters, warmup, check, graph, flush, seed;
-  int64_t chain; /* kernel mode: forwards back to back per timed sample */
+  int64_t chain;     /* kernel mode: forwards back to back per timed sample */
+  int64_t warm_next; /* kernel-mode chains: each forward names the next member's layer */
   double roof_bw_tbs, roof_tflops;
   /* e2e */
   hm_int_list concurrency;

@@ -45,6 +45,10 @@ static int option_table(hm_bench_opts *o, hm_opt *t) {
        "kernel mode: R forwards back to back per timed sample, over distinct weights (dense) or routings "
        "(MoE), as layers run in a serving engine; times per forward",
        NULL},
+      {"--warm-next", HM_OPT_INT, &o->warm_next, 0, 1, "0|1",
+       "kernel-mode chains: each forward names the next member's layer (hm_gemm_args.next_layer), whose "
+       "weights a dense decode launch warms in L2 (level on an H100; not yet timed on an H200)",
+       NULL},
       {"--flush", HM_OPT_INT, &o->flush, 0, 1, "0|1", "flush L2 between timed runs", NULL},
       {"--seed", HM_OPT_INT, &o->seed, 0, NO_LIMIT, "N", "seed of the random data", NULL},
       {"--backend", HM_OPT_STR, o->backend_name, 0, 0, "B", "auto | host | cuda", NULL},

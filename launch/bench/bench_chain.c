@@ -72,6 +72,9 @@ hm_status hm_bench_chain_make(hm_bench *b, const hm_bench_gemm_shape *shape,
     HM_CHECK_GOTO(
         hm_bench_gemm_run_make(b, shape, member_layer(shape, layers, in->count, j), &in->in[j], &out->run[j]),
         fail);
+  /* The last member names none: the sample ends there, and the flush before the next evicts L2. */
+  if (b->o.warm_next)
+    for (int j = 0; j + 1 < out->count; j++) out->run[j].args.next_layer = out->run[j + 1].layer;
   return HM_OK;
 fail:
   hm_bench_chain_free(b, out);

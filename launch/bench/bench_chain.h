@@ -4,7 +4,9 @@
  * engine runs layer after layer in one CUDA graph, so the fixed cost of a lone launch
  * (launch latency, first DRAM round trip, tail) is spread over R. Each member reads
  * weights no other member of the sample read: dense members are distinct layers, MoE
- * members distinct routings of one layer. Times are per forward.
+ * members distinct routings of one layer. Times are per forward. With --warm-next 1 each
+ * member names the next one's layer as the layer that runs after it (next_layer), as an
+ * engine that knows its layer order may.
  */
 #ifndef HM_BENCH_CHAIN_H
 #define HM_BENCH_CHAIN_H

@@ -301,7 +301,7 @@ static inline void w8_forced_make(const w8_layer *x, hm_gemm_type type, const hm
   HM_ASSERT_OK(hm_kernel_get(engine, &src.src, &f->kernel));
   hm_gemm_source_free(&src);
   const hm_layer *l = x->layer;
-  f->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+  f->ops = hm_layer_operands(l);
   const size_t ws = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
   if (ws > 0) {
     HM_ASSERT_OK(hm_mem_alloc(engine, ws, &f->workspace));

@@ -138,14 +138,16 @@ static void stream_k_is_deterministic(void **state) {
  * Two layers back to back on one stream, the second reading the first's output: on
  * sm_90 the second launches programmatically (HUMMING_PDL) and may start before the
  * first ends, so this fails if a kernel reads its input before griddepcontrol.wait.
- * The first output is poisoned before the pair runs.
+ * The first output is poisoned before the pair runs. The first is 8192 columns wide, so
+ * that at one token it runs the decode tile alone on its SM, and names the second as the
+ * layer after it (next_layer): it warms the second's weights in L2 on its way out.
  */
 static void chained_layers_wait_for_their_input(void **state) {
   (void)state;
   hm_rng rng;
   hm_rng_seed(&rng, hm_test_seed("chained_layers_wait_for_their_input"));
-  const gt_case c1 = {"chain first", F(U4, 128, true), HM_BF16, HM_BF16, false, 1408, 1408, 1, false};
-  const gt_case c2 = {"chain second", F(U4, 128, true), HM_BF16, HM_BF16, false, 1000, 1408, 1, false};
+  const gt_case c1 = {"chain first", F(U4, 128, true), HM_BF16, HM_BF16, false, 8192, 1408, 1, false};
+  const gt_case c2 = {"chain second", F(U4, 128, true), HM_BF16, HM_BF16, false, 1000, 8192, 1, false};
   gt_layer_data d1, d2;
   gt_layer_data_make(&rng, &c1, &d1);
   gt_layer_data_make(&rng, &c2, &d2);
@@ -164,7 +166,7 @@ static void chained_layers_wait_for_their_input(void **state) {
     HM_ASSERT_OK(hm_mem_alloc(engine, out_bytes, &dout));
     HM_ASSERT_OK(hm_engine_memset(engine, dmid, 0xff, mid_bytes, s));
     HM_ASSERT_OK(hm_engine_memset(engine, dout, 0xff, out_bytes, s));
-    hm_gemm_args first = {.type = HM_GEMM_DENSE, .m = m, .a = da, .c = dmid};
+    hm_gemm_args first = {.type = HM_GEMM_DENSE, .m = m, .a = da, .c = dmid, .next_layer = l2};
     hm_gemm_args second = {.type = HM_GEMM_DENSE, .m = m, .a = dmid, .c = dout};
     HM_ASSERT_OK(hm_layer_forward(l1, &first, s));
     HM_ASSERT_OK(hm_layer_forward(l2, &second, s));

@@ -206,8 +206,8 @@ static void forced_set_make(forced_set *s, const dense_bench *b, const hm_gemm_t
     forced_kernel *f = &s->f[i];
     HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f->kernel));
     for (int j = 0; j < COPIES; j++)
-      f->ops[j] =
-          (hm_gemm_operands){b->l[j]->dev.weight, b->l[j]->dev.scales, b->l[j]->dev.zeros, NULL, NULL};
+      f->ops[j] = (hm_gemm_operands){b->l[j]->dev.weight, b->l[j]->dev.scales, b->l[j]->dev.zeros, NULL, NULL,
+                                     {NULL, 0, 0}};
     f->workspace = s->ws;
   }
 }

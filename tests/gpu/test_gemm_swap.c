@@ -138,7 +138,7 @@ static void forced_make(hm_layer *l, hm_gemm_type type, forced *f) {
   for (int c = 0; c < count; c++) {
     forced *x = &f[slot[c]];
     HM_ASSERT_OK(hm_kernel_get(engine, &ks[c], &x->kernel));
-    x->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+    x->ops = hm_layer_operands(l);
   }
   for (int i = 0; i < TUNINGS; i++) f[i].workspace = workspace;
 }

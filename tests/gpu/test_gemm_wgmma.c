@@ -152,7 +152,7 @@ static void forced_make(hm_layer *l, const hm_gemm_config *cfg, forced *f) {
   snprintf(f->name, sizeof(f->name), "%s", src.name);
   HM_ASSERT_OK(hm_kernel_get(engine, &src.src, &f->kernel));
   hm_gemm_source_free(&src);
-  f->ops = (hm_gemm_operands){l->dev.weight, l->dev.scales, l->dev.zeros, l->dev.bias, l->dev.global_scale};
+  f->ops = hm_layer_operands(l);
   const size_t ws = hm_gemm_workspace_bytes(&f->cfg, engine->sm_count);
   if (ws > 0) {
     HM_ASSERT_OK(hm_mem_alloc(engine, ws, &f->workspace));

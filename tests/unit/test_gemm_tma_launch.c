@@ -9,7 +9,8 @@
  * C off 16 bytes, which they say once. Indexed launches and plain kernels
  * encode none; a failed encode fails the launch before anything is launched. Indexed
  * launches also carry max_padded, the bound the kernels hold *num_padded to, and one past
- * int32 fails before anything is launched.
+ * int32 fails before anything is launched. And the next GEMM's weights (ops->next): only a
+ * dense decode tile alone on its SM, one tile a CTA, carries them to warm in L2.
  */
 #include <stdio.h>
 #include <string.h>
@@ -116,7 +117,7 @@ static float a_scales[16];
 static int32_t offsets[9], counts[8], ids[16], num_padded;
 static unsigned char weights[16], workspace[16];
 
-static hm_status launch_to(const hm_gemm_config *cfg, int64_t m, void *c) {
+static hm_status launch_next(const hm_gemm_config *cfg, int64_t m, void *c, const hm_gemm_next *next) {
   const hm_gemm_type type = cfg->compute.type;
   hm_gemm_args args = {.type = type, .m = m, .a = a_rows, .c = c};
   if (hm_gemm_is_w8a8(&cfg->layer)) args.a_scale = a_scales;
@@ -129,8 +130,13 @@ static hm_status launch_to(const hm_gemm_config *cfg, int64_t m, void *c) {
     args.block_m = cfg->tuning.bm;
     args.top_k = args.a_rows_per_token = 1;
   }
-  const hm_gemm_operands ops = {.weight = weights, .scales = weights};
+  const hm_gemm_operands ops = {.weight = weights, .scales = weights, .next = *next};
   return hm_gemm_launch(metadata_kernel(cfg), cfg, engine.sm_count, &ops, &args, workspace, NULL);
+}
+
+static hm_status launch_to(const hm_gemm_config *cfg, int64_t m, void *c) {
+  const hm_gemm_next none = {NULL, 0, 0};
+  return launch_next(cfg, m, c, &none);
 }
 
 static hm_status launch(const hm_gemm_config *cfg, int64_t m) {
@@ -256,6 +262,39 @@ static void indexed_launches_carry_their_row_bound(void **state) {
   assert_int_equal(seen.launches, 1);
 }
 
+/* W4A16 N = K = 8192 on tiling t, launched at M = m with the next GEMM's weights named. */
+static void launch_dense_decode(const hm_gemm_tuning *t, int64_t m) {
+  const hm_layer_config lc = hm_test_layer_config("w4a16", 8192, 8192, 1, 0);
+  hm_gemm_config cfg;
+  HM_ASSERT_OK(hm_gemm_config_from_layer(&lc, HM_GEMM_DENSE, 90, &cfg));
+  cfg.tuning = *t;
+  HM_ASSERT_OK(hm_gemm_config_check(&cfg));
+  static unsigned char next_weights[16];
+  const hm_gemm_next next = {next_weights, 8192 * 32, 128};
+  HM_ASSERT_OK(launch_next(&cfg, m, c_rows, &next));
+}
+
+static void decode_launches_carry_the_next_weights(void **state) {
+  (void)state;
+  const hm_gemm_tuning unit = {8, 64, 512, 1, 1, 8, 6, false, 0, 1, HM_MMA_SYNC, false};
+  launch_dense_decode(&unit, 8);
+  assert_non_null(seen.params.next_b);
+  assert_int_equal(seen.params.next_unit_bytes, 8192 * 32);
+  assert_int_equal(seen.params.next_units, 128);
+  /* Two m-tiles a unit: CTAs with two segments, whose first would warm too early. */
+  launch_dense_decode(&unit, 9);
+  assert_null(seen.params.next_b);
+  assert_int_equal(seen.params.next_units, 0);
+  /* Stream-K pieces, and a tile that shares its SM. */
+  const hm_gemm_tuning stream_k = {8, 256, 128, 1, 4, 2, 4, true, 4, 1, HM_MMA_SYNC, false};
+  launch_dense_decode(&stream_k, 1);
+  assert_null(seen.params.next_b);
+  const hm_gemm_tuning shared = {8, 64, 256, 1, 1, 4, 4, false, 0, 2, HM_MMA_SYNC, false};
+  launch_dense_decode(&shared, 1);
+  assert_null(seen.params.next_b);
+  assert_int_equal(seen.launches, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(large_m_launches_encode_the_token_tensor, setup, tj_teardown),
@@ -263,6 +302,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(other_launches_encode_nothing, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(failed_encode_fails_the_launch, setup, tj_teardown),
       cmocka_unit_test_setup_teardown(indexed_launches_carry_their_row_bound, setup, tj_teardown),
+      cmocka_unit_test_setup_teardown(decode_launches_carry_the_next_weights, setup, tj_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

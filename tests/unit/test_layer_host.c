@@ -139,6 +139,24 @@ static void lifecycle_errors(void **state) {
   assert_non_null(strstr(hm_last_error(), "bias"));
   HM_ASSERT_OK(hm_layer_quantize(l, w, NULL));
   assert_int_equal(hm_layer_forward(l, &args, NULL), HM_NOT_READY); /* quantized, not transformed */
+  /* The layer named to run next: transformed, of the same engine. */
+  HM_ASSERT_OK(hm_layer_transform(l, NULL));
+  hm_layer *next = NULL;
+  HM_ASSERT_OK(hm_layer_create(e, &cfg, &next));
+  args.next_layer = next;
+  assert_int_equal(hm_layer_forward(l, &args, NULL), HM_NOT_READY);
+  assert_non_null(strstr(hm_last_error(), "next_layer"));
+  hm_engine *other = hm_test_host_engine();
+  hm_layer *elsewhere = NULL;
+  HM_ASSERT_OK(hm_layer_create(other, &cfg, &elsewhere));
+  HM_ASSERT_OK(hm_layer_quantize(elsewhere, w, NULL));
+  HM_ASSERT_OK(hm_layer_transform(elsewhere, NULL));
+  args.next_layer = elsewhere;
+  assert_int_equal(hm_layer_forward(l, &args, NULL), HM_INVALID_ARGUMENT);
+  assert_non_null(strstr(hm_last_error(), "another engine"));
+  hm_layer_destroy(elsewhere);
+  hm_engine_destroy(other);
+  hm_layer_destroy(next);
   hm_layer_destroy(l);
   hm_layer_destroy(NULL);
   hm_engine_destroy(e);

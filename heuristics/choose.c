@@ -146,8 +146,11 @@ static bool runs_alone(const hm_gemm_config *cfg, const hm_device_profile *p) {
  * tile on six stages ran 1.03x (one and two tokens) and 1.045x (eight) faster than on four
  * at N = K = 8192 on an H100, five 1.03x throughout, seven within 1 % of six; at 16 rows six
  * were level (forty-third session): more weight in flight where one CTA an SM streams alone.
- * It is offered where K fills its ring, six stages or else four (it was measured on 16
- * k-tiles); at 16 rows only on the 16 k-tiles measured, since the model scores it below
+ * At 16 rows k-tiles of 1024 on three stages ran 1.02x faster than bk 512 on four (N = K =
+ * 8192, H100, forty-fourth session: the loop 1.13x shorter, half the iterations of a loop
+ * whose warps set its pace, the first stage later). The 8-row tile is offered where K
+ * fills its ring, six stages or else four (it was measured on 16 k-tiles); at 16 rows only
+ * on the 16 k-tiles of 512 measured, since the model scores it below
  * Stream-K at K = 4096 (where the bk 256 tile ran 1.19x faster) and above it at K = 32768
  * (where that tile ran 0.93x). Elsewhere the bk 256 one stands.
  * Units within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table
@@ -163,6 +166,7 @@ bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p,
   const hm_gemm_tuning deep = {bm, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false};
   hm_gemm_tuning ring6 = deep;
   ring6.stages = 6;
+  const hm_gemm_tuning long16 = {bm, 64, 1024, 1, 1, 8, 3, false, 0, 1, HM_MMA_SYNC, false};
   const hm_gemm_tuning unit = {bm, 64, 256, 1, 1, 4, 8, false, 0, 1, HM_MMA_SYNC, false};
   hm_gemm_config cfg = *base;
   cfg.tuning = deep;
@@ -171,6 +175,7 @@ bool hm_choose_unit_tile(const hm_gemm_config *base, const hm_device_profile *p,
     hm_gemm_tuning tuning;
     bool offered;
   } order[] = {{ring6, bm == 8 && k_tiles >= ring6.stages},
+               {long16, bm == 16 && k_tiles == 16},
                {deep, bm == 8 ? k_tiles >= deep.stages : k_tiles == 16},
                {unit, true}};
   for (size_t i = 0; i < HM_ARRAY_SIZE(order); i++) {

@@ -98,8 +98,8 @@ static void add_transforms(tg_batch *b, int arch) {
 /* The one-unit dense decode tile at the deepest rings and longest k-tiles allowed: bk 256
  * up to 16 stages, bk 512 and 1024 (weight-only mma.sync; eight k-warps at 1024), as deep
  * as arch's shared memory holds; and as the heuristic takes it, bk 512 on eight k-warps
- * and four stages, and six on sm_90, whose shared memory holds them (heuristics/choose.c
- * hm_choose_unit_tile). */
+ * and four stages, and on sm_90, whose shared memory holds them, six stages and the 16-row
+ * tile's bk 1024 on three (heuristics/choose.c hm_choose_unit_tile). */
 static void add_deep_decode(tg_batch *b, int arch) {
   hm_layer_config lc = layer_of(&variants[0], 1, false);
   hm_gemm_config c;
@@ -109,8 +109,10 @@ static void add_deep_decode(tg_batch *b, int arch) {
       {8, 64, 512, 1, 1, 4, arch >= 90 ? 8 : 6, false, 0, 1, HM_MMA_SYNC, false},
       {8, 64, 1024, 1, 1, 8, arch >= 90 ? 3 : 2, false, 0, 1, HM_MMA_SYNC, false},
       {8, 64, 512, 1, 1, 8, 4, false, 0, 1, HM_MMA_SYNC, false},
-      {8, 64, 512, 1, 1, 8, 6, false, 0, 1, HM_MMA_SYNC, false}}; /* last: past sm_80's shared memory */
-  for (size_t i = 0; i < HM_ARRAY_SIZE(tiles) - (arch < 90); i++) {
+      /* the last two: past sm_80's shared memory */
+      {8, 64, 512, 1, 1, 8, 6, false, 0, 1, HM_MMA_SYNC, false},
+      {16, 64, 1024, 1, 1, 8, 3, false, 0, 1, HM_MMA_SYNC, false}};
+  for (size_t i = 0; i < HM_ARRAY_SIZE(tiles) - 2 * (arch < 90); i++) {
     c.tuning = tiles[i];
     HM_ASSERT_OK(hm_gemm_config_check(&c));
     tg_add_gemm(b, &c);

@@ -116,10 +116,10 @@ __device__ __forceinline__ void hm_mainloop_fill(const hm_gemm_params &p, const 
 // The stream's next GEMM's weights (p.next_b, set where hm_gemm_warms_next) warmed in L2 by
 // thread 0 of a decode tile alone on its SM, once it has issued its last weight copy: of
 // unit c of the next GEMM, which the next grid's CTA c takes first, as many leading bytes
-// as this tile's ring holds (units past this grid stay cold). The DRAM has nothing else to do
-// from there to the next grid's first copies: this grid's last stages, its store and exit,
-// and the next grid's entry and wait (traced: 3.15 us from a CTA's entry to its first stage
-// on an H100, forty-fourth session). Those first copies then come from L2.
+// as this tile's ring holds (units past this grid stay cold). Aimed at the time from this
+// grid's last copies to the next grid's first stage (traced 3.15 us from a CTA's entry to
+// its first stage on an H100): that fell to 2.51 us, but the loop then waited for the rest
+// as long, level on the H100, whose DRAM sets that loop's pace (forty-fourth session).
 template <class C>
 __device__ __forceinline__ void hm_warm_next_weights(const hm_gemm_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -239,7 +239,7 @@ hm_gemm_operands hm_layer_operands(const hm_layer *l) {
 static hm_gemm_next next_weights(const hm_layer *next) {
   hm_gemm_next n = {0};
   if (next == NULL || next->dev.weight == NULL || next->cfg.experts != 1) return n;
-  n.units = next->cfg.experts * ((next->cfg.n + 63) / 64);
+  n.units = (next->cfg.n + 63) / 64;
   n.unit_bytes = (int64_t)(next->dev.weight_bytes / (size_t)n.units);
   n.weight = next->dev.weight;
   return n;

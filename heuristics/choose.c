@@ -150,9 +150,9 @@ static bool runs_alone(const hm_gemm_config *cfg, const hm_device_profile *p) {
  * 8192, H100, forty-fourth session: the loop 1.13x shorter, half the iterations of a loop
  * whose warps set its pace, the first stage later). The 8-row tile is offered where K
  * fills its ring, six stages or else four (it was measured on 16 k-tiles); at 16 rows only
- * on the 16 k-tiles of 512 measured, since the model scores it below
- * Stream-K at K = 4096 (where the bk 256 tile ran 1.19x faster) and above it at K = 32768
- * (where that tile ran 0.93x). Elsewhere the bk 256 one stands.
+ * on the 16 k-tiles of 512 measured, since the model scores it below Stream-K at K = 4096
+ * (where the bk 256 tile ran 1.19x faster) and above it at K = 32768 (where that tile ran
+ * 0.93x). Elsewhere the bk 256 one stands.
  * Units within 7/8 of the SMs, as Stream-K's tile-aligned split (hm_sk_ctas); the table
  * only knows the arch, so it is settled here.
  */

@@ -166,8 +166,7 @@ hm_status hm_gemm_check_args(const hm_gemm_config *cfg, const hm_gemm_args *a) {
 
 bool hm_gemm_warms_next(const hm_gemm_config *cfg, const hm_gemm_args *args, int grid) {
   if (!hm_gemm_exclusive_sm(cfg) || hm_gemm_is_w8a8(&cfg->layer) || cfg->tuning.stream_k) return false;
-  const int64_t m_tiles = (args->m + cfg->tuning.bm - 1) / cfg->tuning.bm;
-  return m_tiles * hm_gemm_n_tiles(cfg) <= grid;
+  return max_m_tiles(cfg, args) * hm_gemm_n_tiles(cfg) <= grid;
 }
 
 hm_status hm_gemm_launch(hm_kernel *kernel, const hm_gemm_config *cfg, int sm_count, const hm_gemm_operands *ops,

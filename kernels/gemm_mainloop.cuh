@@ -124,9 +124,9 @@ template <class C>
 __device__ __forceinline__ void hm_warm_next_weights(const hm_gemm_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = hm_gemm_traits<C>;
+  if ((int)blockIdx.x >= p.next_units) return;  // none named, or a unit past the next GEMM's
   constexpr long long ring = (long long)C::stages * T::steps * T::unit_bytes;
   const unsigned bytes = (unsigned)(p.next_unit_bytes < ring ? p.next_unit_bytes : ring);
-  if ((int)blockIdx.x >= p.next_units) return;
   const unsigned char *src = (const unsigned char *)p.next_b + (long long)blockIdx.x * p.next_unit_bytes;
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 #endif
@@ -162,7 +162,7 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
     if constexpr (T::copies_after_compute) refill();
     hm_cp_async_commit();
     if constexpr (C::exclusive_sm)
-      if (i == last_refill && threadIdx.x == 0 && p.next_units > 0) hm_warm_next_weights<C>(p);
+      if (i == last_refill && threadIdx.x == 0) hm_warm_next_weights<C>(p);
   }
   tr.looped();
   if constexpr (T::swap_ab) {

@@ -205,9 +205,7 @@ static void forced_set_make(forced_set *s, const dense_bench *b, const hm_gemm_t
   for (int i = 0; i < s->count; i++) {
     forced_kernel *f = &s->f[i];
     HM_ASSERT_OK(hm_kernel_get(engine, &ks[i], &f->kernel));
-    for (int j = 0; j < COPIES; j++)
-      f->ops[j] = (hm_gemm_operands){b->l[j]->dev.weight, b->l[j]->dev.scales, b->l[j]->dev.zeros, NULL, NULL,
-                                     {NULL, 0, 0}};
+    for (int j = 0; j < COPIES; j++) f->ops[j] = hm_layer_operands(b->l[j]);
     f->workspace = s->ws;
   }
 }

@@ -100,9 +100,7 @@ static void sweep(void **state) {
   HM_ASSERT_OK(hm_mem_alloc(engine, ws_bytes, &ws));
   HM_ASSERT_OK(hm_engine_memset(engine, ws, 0, ws_bytes, NULL));
   hm_gemm_operands all_ops[COPIES];
-  for (int i = 0; i < COPIES; i++)
-    all_ops[i] = (hm_gemm_operands){
-        copies[i]->dev.weight, copies[i]->dev.scales, copies[i]->dev.zeros, NULL, NULL, {NULL, 0, 0}};
+  for (int i = 0; i < COPIES; i++) all_ops[i] = hm_layer_operands(copies[i]);
   const hm_gemm_operands ops = all_ops[0];
   printf("# %s; candidates checked at M=16 against the reference\n", hm_engine_device_name(engine));
   printf("# %-58s %9s %9s %9s %9s %7s\n", "kernel", "M=1_us", "M=16_us", "M=256_us", "M=4096_us", "regs");

@@ -124,7 +124,8 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   // set its own slice (hm_chunk_grid), and a set waits for its stage on its own barrier
   // (hm_stage_sync) instead of the CTA's: its warps no longer wait every k-tile for the
   // slowest warp of the CTA. Not where the last k-tile reaches past K (its checked loads
-  // copy as one CTA), nor with HUMMING_DECODE_COPY_SETS=0.
+  // copy as one CTA). Only with HUMMING_DECODE_COPY_SETS=1: built and checked for coverage
+  // on the host, not yet run on a GPU (docs/PERF.md, forty-fifth session).
   static constexpr int copy_sets = [] {
     if (!HM_COPY_SETS || C::bm > 16 || warps_mn != 1 || C::warps_k == 1 || C::k % C::bk != 0) return 1;
     const int sets = S::quant && S::stage_groups < C::warps_k ? S::stage_groups : C::warps_k;

@@ -24,6 +24,7 @@ static const char *gen_template =
     "%s"
     "#define HM_EARLY_STAGES %d\n"
     "#define HM_EARLY_L2_STAGES %d\n"
+    "#define HM_COPY_SETS %d\n"
     "#include \"%s\"\n"
     "#include \"gemm_pdl.cuh\"\n"
     "struct hm_cfg {\n"
@@ -115,10 +116,11 @@ hm_status hm_gemm_gen(const hm_gemm_config *cfg, hm_gemm_source *out) {
   char *text = NULL;
   int len = asprintf(
       &text, gen_template, hm_param_trace() ? "#define HM_TRACE 1\n" : "", hm_param_pdl_early_stages(),
-      hm_param_pdl_early_l2(), body->header, w8a8 ? 8 : hm_gemm_weight_bits(l->weight), tf(l->act == HM_BF16),
-      tf(l->out == HM_BF16), w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias),
-      tf(l->global_scale), (long long)l->n, (long long)l->k, (long long)l->experts, (int)cfg->compute.type,
-      tf(t->stream_k), t->sk_min_iters, t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages,
+      hm_param_pdl_early_l2(), hm_param_decode_copy_sets(), body->header,
+      w8a8 ? 8 : hm_gemm_weight_bits(l->weight), tf(l->act == HM_BF16), tf(l->out == HM_BF16),
+      w8a8 ? 0 : l->group, tf(l->zero_point), w8a8 ? 0 : zero_const(l), tf(l->bias), tf(l->global_scale),
+      (long long)l->n, (long long)l->k, (long long)l->experts, (int)cfg->compute.type, tf(t->stream_k),
+      t->sk_min_iters, t->bm, t->bn, t->bk, t->warps_m, t->warps_n, t->warps_k, t->stages,
       tf(hm_gemm_exclusive_sm(cfg)), tf(t->ws), tf(hm_gemm_tma_a(cfg)), tf(hm_gemm_tma_c(cfg)),
       hm_gemm_tma_c(cfg) ? hm_gemm_tma_c_rows(cfg) : 0, tf(w8a8), extra, sizeof(hm_gemm_kernel_params),
       body->traits, hm_gemm_config_smem_bytes(cfg), out->name, HM_KERNEL_META_MAGIC, threads,

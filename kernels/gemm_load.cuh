@@ -141,23 +141,34 @@ __device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_
 // Copy it = 0, 1, .. of thread tid over TOTAL 16-byte chunks, PER_ROW a row: chunk
 // it * THREADS + tid. When THREADS and PER_ROW divide one another, its row and chunk are
 // a constant of it plus the thread's own part, so that a thread's copies lie at constant
-// distances from its first.
-template <int PER_ROW, int THREADS, int TOTAL>
+// distances from its first. With SETS > 1 the threads come in SETS sets of consecutive
+// warps, and set j copies only the j-th k-slice of the stage, the one its warps read
+// (hm_gemm_traits::copy_sets): of each row its j-th PER_ROW / SETS chunks where k runs
+// along a row (K_INNER: token rows, weight unit columns), else its j-th TOTAL / SETS chunks
+// (scale groups, k-major rows); in the same order within a set as the whole grid's.
+template <int PER_ROW, int THREADS, int TOTAL, int SETS = 1, bool K_INNER = true>
 struct hm_chunk_grid {
-  static constexpr int iters = (TOTAL + THREADS - 1) / THREADS;
+  static constexpr int set_threads = THREADS / SETS, set_total = TOTAL / SETS;
+  static constexpr int slice = K_INNER ? PER_ROW / SETS : PER_ROW;  // a set's chunks of a row
+  static constexpr int iters = (set_total + set_threads - 1) / set_threads;
   static constexpr int slots = iters > 0 ? iters : 1;  // array length, also for an empty grid
-  static constexpr bool split = THREADS % PER_ROW == 0 || PER_ROW % THREADS == 0;
+  static constexpr bool split = set_threads % slice == 0 || slice % set_threads == 0;
+
+  static_assert(THREADS % SETS == 0 && TOTAL % SETS == 0 && (K_INNER ? PER_ROW % SETS : set_total % PER_ROW) == 0,
+                "a set's k-slice is whole chunks of every row, or whole rows");
 
   __device__ static __forceinline__ bool has(int it, unsigned tid) {
-    return TOTAL % THREADS == 0 || it * THREADS + tid < (unsigned)TOTAL;
+    return set_total % set_threads == 0 || it * set_threads + tid % set_threads < (unsigned)set_total;
   }
   __device__ static __forceinline__ int row(int it, unsigned tid) {
-    if constexpr (split) return it * THREADS / PER_ROW + (int)(tid / PER_ROW);
-    return (int)((it * THREADS + tid) / PER_ROW);
+    const unsigned t = tid % set_threads;
+    const int r = split ? it * set_threads / slice + (int)(t / slice) : (int)((it * set_threads + t) / slice);
+    return K_INNER ? r : (int)(tid / set_threads) * (set_total / PER_ROW) + r;
   }
   __device__ static __forceinline__ int chunk(int it, unsigned tid) {
-    if constexpr (split) return it * THREADS % PER_ROW + (int)(tid % PER_ROW);
-    return (int)((it * THREADS + tid) % PER_ROW);
+    const unsigned t = tid % set_threads;
+    const int c = split ? it * set_threads % slice + (int)(t % slice) : (int)((it * set_threads + t) % slice);
+    return K_INNER ? (int)(tid / set_threads) * slice + c : c;
   }
   // Bytes from copy 0 to copy it in a layout of ROW bytes a row.
   template <int ROW>
@@ -218,11 +229,12 @@ __device__ __forceinline__ void hm_copy_stream_init(hm_copy_stream<G> &s, const 
 // serialize every wgmma (C7513). The plan of an 8-row mma.sync tile (SKIP) skips missing
 // rows and checks no K: the mma.sync mainloop plans only k-tiles inside K, the last one of
 // a K that bk does not divide taking the checked loads (hm_load_plan_stage). EB: bytes an
-// element; offset(r, ch): where chunk ch of tile row r lands in a stage.
-template <class C, int THREADS, int EB, bool SKIP = false>
+// element; offset(r, ch): where chunk ch of tile row r lands in a stage; SETS: the k-slices
+// of hm_chunk_grid.
+template <class C, int THREADS, int EB, bool SKIP = false, int SETS = 1>
 struct hm_a_plan {
   static constexpr int per_chunk = 16 / EB;
-  using G = hm_chunk_grid<C::bk / per_chunk, THREADS, C::bm * C::bk / per_chunk>;
+  using G = hm_chunk_grid<C::bk / per_chunk, THREADS, C::bm * C::bk / per_chunk, SETS>;
 
   const unsigned char *src[G::slots];  // the chunk at k-tile 0 (row 0 for a missing row)
   unsigned dst[G::slots];
@@ -265,14 +277,16 @@ struct hm_a_plan {
 template <class C>
 struct hm_load_plan {
   using T = hm_gemm_traits<C>;
-  using B = hm_chunk_grid<T::steps * T::unit_bytes / 16, T::threads, T::b_bytes / 16>;
-  using S = hm_chunk_grid<8, T::threads, T::s_bytes / 16>;  // rows: (scale group, unit column)
-  using Z = hm_chunk_grid<4, T::threads, T::z_bytes / 16>;
+  static constexpr int sets = T::copy_sets;
+  using B = hm_chunk_grid<T::steps * T::unit_bytes / 16, T::threads, T::b_bytes / 16, sets>;
+  // rows: (scale group, unit column)
+  using S = hm_chunk_grid<8, T::threads, T::s_bytes / 16, sets, false>;
+  using Z = hm_chunk_grid<4, T::threads, T::z_bytes / 16, sets, false>;
   // Only the last k-tile of a K that bk does not divide reaches past K (and past the last
   // scale group, K being a multiple of the group): it takes the checked loads.
   static constexpr bool k_tail = C::k % C::bk != 0;
 
-  hm_a_plan<C, T::threads, 2, hm_skips_missing_rows<C>> a;
+  hm_a_plan<C, T::threads, 2, hm_skips_missing_rows<C>, sets> a;
   hm_copy_stream<B> b;
   hm_copy_stream<S> s;
   hm_copy_stream<Z> z;

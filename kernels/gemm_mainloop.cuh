@@ -8,6 +8,7 @@
 #include "gemm_load.cuh"
 #include "gemm_swap.cuh"
 #include "gemm_trace.cuh"
+#include "hm_mbarrier.cuh"
 #include "hm_mma.cuh"
 
 template <class C>
@@ -132,6 +133,21 @@ __device__ __forceinline__ void hm_warm_next_weights(const hm_gemm_params &p) {
 #endif
 }
 
+// Makes the stage's copies of the warp's copy set (hm_gemm_traits::copy_sets), which it
+// has waited for, visible to the set's warps: one warp alone, the named barrier 1 + set, or
+// the whole CTA.
+template <class C>
+__device__ __forceinline__ void hm_stage_sync(int wk) {
+  using T = hm_gemm_traits<C>;
+  constexpr int warps = C::warps_k / T::copy_sets;
+  if constexpr (T::copy_sets == 1)
+    __syncthreads();
+  else if constexpr (warps == 1)
+    __syncwarp();
+  else
+    hm_named_sync(1 + wk / warps, 32 * warps);
+}
+
 // Accumulates k-tiles [kb, ke) of a tile into acc (zeroed first), their first stages in
 // flight (hm_mainloop_fill). Leaves the pipeline drained and the CTA synchronized, so shared
 // memory may be reused on return.
@@ -150,7 +166,7 @@ __device__ void hm_mainloop(const hm_gemm_params &p, const hm_tile &tile, int kb
   for (int i = 0; i < count; ++i) {
     tr.awaiting();
     hm_cp_async_wait<C::stages - 2>();
-    __syncthreads();
+    hm_stage_sync<C>(wk);
     tr.arrived(i);
     const auto refill = [&] {
       const int next = i + C::stages - 1;

@@ -119,6 +119,18 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   // after it, they fill its tail, one stage later: a ring of four or more still keeps two
   // stages in flight under each iteration.
   static constexpr bool copies_after_compute = C::bm <= 16 && C::stages >= 4;
+  // A decode tile's warps split K only (warps_k of them on one warp tile), so each reads a
+  // k-slice of every stage. They copy in sets of the warps that share a scale group, each
+  // set its own slice (hm_chunk_grid), and a set waits for its stage on its own barrier
+  // (hm_stage_sync) instead of the CTA's: its warps no longer wait every k-tile for the
+  // slowest warp of the CTA. Not where the last k-tile reaches past K (its checked loads
+  // copy as one CTA). Only with HUMMING_DECODE_COPY_SETS=1: built and checked for coverage
+  // on the host, not yet run on a GPU (docs/PERF.md, forty-fifth session).
+  static constexpr int copy_sets = [] {
+    if (!HM_COPY_SETS || C::bm > 16 || warps_mn != 1 || C::warps_k == 1 || C::k % C::bk != 0) return 1;
+    const int sets = S::quant && S::stage_groups < C::warps_k ? S::stage_groups : C::warps_k;
+    return C::warps_k % sets == 0 && (!S::quant || S::stage_groups % sets == 0) ? sets : 1;
+  }();
 
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");

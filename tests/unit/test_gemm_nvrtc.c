@@ -203,6 +203,25 @@ static void early_weights_reach_the_source(void **state) {
   hm_params_reload();
 }
 
+/* HUMMING_DECODE_COPY_SETS reaches the generated source: 0 by default, 1 when asked for;
+ * the deep decode tiles then copy and wait in sets of warps and compile so (their default
+ * form in every_variant_compiles_for_sm80_and_sm90a). */
+static void copy_sets_reach_the_source(void **state) {
+  (void)state;
+  static tg_batch b;
+  add_deep_decode(&b, 90);
+  assert_non_null(strstr(b.src[0].text, "#define HM_COPY_SETS 0\n"));
+  for (int i = 0; i < b.count; i++) hm_gemm_source_free(&b.src[i]);
+  b.count = 0;
+  setenv("HUMMING_DECODE_COPY_SETS", "1", 1);
+  hm_params_reload();
+  for (int arch = 80; arch <= 90; arch += 10) add_deep_decode(&b, arch);
+  for (int i = 0; i < b.count; i++) assert_non_null(strstr(b.src[i].text, "#define HM_COPY_SETS 1\n"));
+  tg_compile_all(b.src, b.count, "decode GEMM with copy sets");
+  unsetenv("HUMMING_DECODE_COPY_SETS");
+  hm_params_reload();
+}
+
 static void plans_are_consistent(void **state) {
   (void)state;
   for (int inv = 0; inv < 2; inv++)
@@ -303,6 +322,7 @@ int main(void) {
       cmocka_unit_test(every_variant_compiles_for_sm80_and_sm90a),
       cmocka_unit_test(traced_kernels_compile),
       cmocka_unit_test(early_weights_reach_the_source),
+      cmocka_unit_test(copy_sets_reach_the_source),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   hm_shutdown();

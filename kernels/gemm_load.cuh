@@ -157,18 +157,23 @@ struct hm_chunk_grid {
   static_assert(THREADS % SETS == 0 && TOTAL % SETS == 0 && (K_INNER ? PER_ROW % SETS : set_total % PER_ROW) == 0,
                 "a set's k-slice is whole chunks of every row, or whole rows");
 
+  // The thread's set and its place in it; one set is every thread (no modulo left for the
+  // compiler, which does not know tid < THREADS).
+  __device__ static __forceinline__ int set_of(unsigned tid) { return SETS == 1 ? 0 : (int)(tid / set_threads); }
+  __device__ static __forceinline__ unsigned in_set(unsigned tid) { return SETS == 1 ? tid : tid % set_threads; }
+
   __device__ static __forceinline__ bool has(int it, unsigned tid) {
-    return set_total % set_threads == 0 || it * set_threads + tid % set_threads < (unsigned)set_total;
+    return set_total % set_threads == 0 || it * set_threads + in_set(tid) < (unsigned)set_total;
   }
   __device__ static __forceinline__ int row(int it, unsigned tid) {
-    const unsigned t = tid % set_threads;
+    const unsigned t = in_set(tid);
     const int r = split ? it * set_threads / slice + (int)(t / slice) : (int)((it * set_threads + t) / slice);
-    return K_INNER ? r : (int)(tid / set_threads) * (set_total / PER_ROW) + r;
+    return K_INNER ? r : set_of(tid) * (set_total / PER_ROW) + r;
   }
   __device__ static __forceinline__ int chunk(int it, unsigned tid) {
-    const unsigned t = tid % set_threads;
+    const unsigned t = in_set(tid);
     const int c = split ? it * set_threads % slice + (int)(t % slice) : (int)((it * set_threads + t) % slice);
-    return K_INNER ? (int)(tid / set_threads) * slice + c : c;
+    return K_INNER ? set_of(tid) * slice + c : c;
   }
   // Bytes from copy 0 to copy it in a layout of ROW bytes a row.
   template <int ROW>

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "gemm_sched.cuh"
+#include "hm_chunk_grid.cuh"
 #include "hm_cp_async.cuh"
 
 // A rows are bk*2 bytes; 16-byte chunk ch of row r sits at chunk ch ^ (r % 8), so the
@@ -139,42 +140,20 @@ __device__ __forceinline__ void hm_load_stage(const hm_gemm_params &p, const hm_
 }
 
 // Copy it = 0, 1, .. of thread tid over TOTAL 16-byte chunks, PER_ROW a row: chunk
-// it * THREADS + tid. When THREADS and PER_ROW divide one another, its row and chunk are
-// a constant of it plus the thread's own part, so that a thread's copies lie at constant
-// distances from its first. With SETS > 1 the threads come in SETS sets of consecutive
-// warps, and set j copies only the j-th k-slice of the stage, the one its warps read
-// (hm_gemm_traits::copy_sets): of each row its j-th PER_ROW / SETS chunks where k runs
-// along a row (K_INNER: token rows, weight unit columns), else its j-th TOTAL / SETS chunks
-// (scale groups, k-major rows); in the same order within a set as the whole grid's.
+// it * THREADS + tid, or with SETS > 1 (hm_gemm_traits::copy_sets) the chunk of its set's
+// k-slice that hm_chunk_grid.cuh assigns it. The rules are plain C there, checked on the CPU.
 template <int PER_ROW, int THREADS, int TOTAL, int SETS = 1, bool K_INNER = true>
 struct hm_chunk_grid {
-  static constexpr int set_threads = THREADS / SETS, set_total = TOTAL / SETS;
-  static constexpr int slice = K_INNER ? PER_ROW / SETS : PER_ROW;  // a set's chunks of a row
-  static constexpr int iters = (set_total + set_threads - 1) / set_threads;
+  __host__ __device__ static constexpr hm_chunk_shape shape() { return {PER_ROW, THREADS, TOTAL, SETS, K_INNER}; }
+  static constexpr int iters = hm_cg_iters(shape());
   static constexpr int slots = iters > 0 ? iters : 1;  // array length, also for an empty grid
-  static constexpr bool split = set_threads % slice == 0 || slice % set_threads == 0;
+  static constexpr bool split = hm_cg_split(shape());
 
-  static_assert(THREADS % SETS == 0 && TOTAL % SETS == 0 && (K_INNER ? PER_ROW % SETS : set_total % PER_ROW) == 0,
-                "a set's k-slice is whole chunks of every row, or whole rows");
+  static_assert(hm_cg_valid(shape()), "a set's k-slice is whole chunks of every row, or whole rows");
 
-  // The thread's set and its place in it; one set is every thread (no modulo left for the
-  // compiler, which does not know tid < THREADS).
-  __device__ static __forceinline__ int set_of(unsigned tid) { return SETS == 1 ? 0 : (int)(tid / set_threads); }
-  __device__ static __forceinline__ unsigned in_set(unsigned tid) { return SETS == 1 ? tid : tid % set_threads; }
-
-  __device__ static __forceinline__ bool has(int it, unsigned tid) {
-    return set_total % set_threads == 0 || it * set_threads + in_set(tid) < (unsigned)set_total;
-  }
-  __device__ static __forceinline__ int row(int it, unsigned tid) {
-    const unsigned t = in_set(tid);
-    const int r = split ? it * set_threads / slice + (int)(t / slice) : (int)((it * set_threads + t) / slice);
-    return K_INNER ? r : set_of(tid) * (set_total / PER_ROW) + r;
-  }
-  __device__ static __forceinline__ int chunk(int it, unsigned tid) {
-    const unsigned t = in_set(tid);
-    const int c = split ? it * set_threads % slice + (int)(t % slice) : (int)((it * set_threads + t) % slice);
-    return K_INNER ? set_of(tid) * slice + c : c;
-  }
+  __device__ static __forceinline__ bool has(int it, unsigned tid) { return hm_cg_has(shape(), it, tid); }
+  __device__ static __forceinline__ int row(int it, unsigned tid) { return hm_cg_row(shape(), it, tid); }
+  __device__ static __forceinline__ int chunk(int it, unsigned tid) { return hm_cg_chunk(shape(), it, tid); }
   // Bytes from copy 0 to copy it in a layout of ROW bytes a row.
   template <int ROW>
   __device__ static __forceinline__ int delta(int it, unsigned tid) {

@@ -10,6 +10,7 @@
 // which rows 8..15 stay empty.
 #pragma once
 
+#include "hm_chunk_grid.cuh"
 #include "hm_dequant.cuh"
 
 enum { HM_GT_DENSE = 0, HM_GT_INDEXED = 1, HM_GT_CONTIGUOUS = 2, HM_GT_MASKED = 3 };
@@ -124,13 +125,11 @@ struct hm_gemm_traits : hm_wo_stage<C, 128> {
   // set its own slice (hm_chunk_grid), and a set waits for its stage on its own barrier
   // (hm_stage_sync) instead of the CTA's: its warps no longer wait every k-tile for the
   // slowest warp of the CTA. Not where the last k-tile reaches past K (its checked loads
-  // copy as one CTA). Only with HUMMING_DECODE_COPY_SETS=1: built and checked for coverage
-  // on the host, not yet run on a GPU (docs/PERF.md, forty-fifth session).
-  static constexpr int copy_sets = [] {
-    if (!HM_COPY_SETS || C::bm > 16 || warps_mn != 1 || C::warps_k == 1 || C::k % C::bk != 0) return 1;
-    const int sets = S::quant && S::stage_groups < C::warps_k ? S::stage_groups : C::warps_k;
-    return C::warps_k % sets == 0 && (!S::quant || S::stage_groups % sets == 0) ? sets : 1;
-  }();
+  // copy as one CTA). Only with HUMMING_DECODE_COPY_SETS=1: the grid's coverage is checked on
+  // the CPU (test_gemm_chunk_grid), but it has not run on a GPU yet (docs/PERF.md,
+  // forty-fifth session).
+  static constexpr int copy_sets = hm_copy_sets(HM_COPY_SETS, C::bm, warps_mn, C::warps_k, C::k, C::bk, S::quant,
+                                                S::stage_groups);
 
   static_assert(swap_ab ? C::warps_m == 1 : C::bm % (16 * C::warps_m) == 0,
                 "bm must split into 16-row warp tiles, or be 8 (swapped operands) with one warp row");

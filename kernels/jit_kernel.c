@@ -183,7 +183,8 @@ hm_status hm_kernel_get(hm_engine *engine, const hm_kernel_source *src, hm_kerne
   HM_CHECK(retain_context(engine, ctx));
   HM_CHECK(load_module(ctx, cubin, src->name, &k));
   publish(k, out);
-  HM_DEBUG(JIT, "loaded %s (%d regs, %d B static shared) on %s", k->name, k->regs, k->static_shared,
-           engine->device_name);
+  /* *out, not k: a thread that lost the race to publish has had its k freed. */
+  HM_DEBUG(JIT, "loaded %s (%d regs, %d B static shared) on %s", (*out)->name, (*out)->regs,
+           (*out)->static_shared, engine->device_name);
   return HM_OK;
 }

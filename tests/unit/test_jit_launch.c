@@ -5,6 +5,7 @@
  * cluster and programmatic-launch attributes) so the whole path runs on the CPU with
  * real cubins.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include "hm_fake_cuda.h"
 #include "hm_test.h"
 #include "kernels/jit.h"
+#include "log.h"
+#include "params.h"
 #include "test_jit_util.h"
 
 static const char kernel_text[] =
@@ -49,6 +52,7 @@ static struct {
   CUlaunchConfig last_cfg;
   CUlaunchAttribute last_attrs[4];
   bool fail_load;
+  pthread_barrier_t *race; /* loads meet here, so that two threads load at once */
 } seen;
 
 static CUresult fake_retain(CUcontext *c, CUdevice d) {
@@ -65,7 +69,8 @@ static CUresult fake_release(CUdevice d) {
 static CUresult fake_load(CUmodule *m, const void *image) {
   if (seen.fail_load) return CUDA_ERROR_INVALID_IMAGE;
   memcpy(seen.image_head, image, sizeof(seen.image_head));
-  *m = (CUmodule)(uintptr_t)(0x2000 + ++seen.loads);
+  *m = (CUmodule)(uintptr_t)(0x2000 + __atomic_add_fetch(&seen.loads, 1, __ATOMIC_SEQ_CST));
+  if (seen.race) pthread_barrier_wait(seen.race);
   return CUDA_SUCCESS;
 }
 static CUresult fake_unload(CUmodule m) {
@@ -275,6 +280,56 @@ static void failed_load_is_reported_and_retried(void **state) {
   assert_int_equal(seen.loads, 1);
 }
 
+struct racer {
+  hm_kernel_source src;
+  hm_kernel *k;
+  hm_status st;
+};
+
+static void *race_get(void *arg) {
+  struct racer *r = arg;
+  r->st = hm_kernel_get(&fake_engine, &r->src, &r->k);
+  return NULL;
+}
+
+static void count_loaded(hm_log_level level, const char *line, void *user) {
+  if (level == HM_LOG_DEBUG && strstr(line, "loaded hm_fill"))
+    __atomic_add_fetch((int *)user, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Two threads that miss at once both load the module; the one that publishes second
+ * unloads its own and takes the first's. Its debug line named the kernel it had loaded,
+ * already freed by then (clang-tidy's analyzer; ASan in the quickstart's unit run). */
+static void racing_loads_keep_the_first(void **state) {
+  (void)state;
+  pthread_barrier_t both;
+  pthread_barrier_init(&both, NULL, 2);
+  seen.race = &both;
+  int lines = 0;
+  setenv("HUMMING_LOG", "debug", 1);
+  hm_params_reload();
+  hm_log_reset();
+  hm_log_set(count_loaded, &lines);
+  struct racer other = {.src = {.name = "hm_fill", .source = kernel_text, .arch = 80}};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, race_get, &other), 0);
+  hm_kernel *k = NULL;
+  hm_status st = hm_kernel_get(&fake_engine, &other.src, &k);
+  pthread_join(t, NULL);
+  hm_log_set(NULL, NULL);
+  unsetenv("HUMMING_LOG");
+  hm_params_reload();
+  hm_log_reset();
+  seen.race = NULL;
+  pthread_barrier_destroy(&both);
+  HM_ASSERT_OK(st);
+  HM_ASSERT_OK(other.st);
+  assert_ptr_equal(k, other.k);
+  assert_int_equal(seen.loads, 2);
+  assert_int_equal(seen.unloads, 1);
+  assert_int_equal(lines, 2);
+}
+
 static void keep_warnings(hm_log_level level, const char *line, void *user) {
   if (level == HM_LOG_WARN) snprintf(user, 1024, "%s", line);
 }
@@ -307,6 +362,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(pdl_flag_adds_programmatic_serialization, setup, teardown),
       cmocka_unit_test_setup_teardown(failed_load_is_reported_and_retried, setup, teardown),
       cmocka_unit_test_setup_teardown(spilling_kernel_is_named_at_load, setup, teardown),
+      cmocka_unit_test_setup_teardown(racing_loads_keep_the_first, setup, teardown),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];

@@ -203,14 +203,14 @@ static hm_status layer_plan(void *ctx, const hm_layer_config *lc, hm_gemm_type t
 /* The kernels of the tables that HUMMING_GEMM_PLAN makes layers run on this node's device
  * (or HUMMING_DEVICE_PROFILE's on the host): the cost model ranks on the device, the
  * tuning table is the node's. */
-static hm_status plan_kernels(hm_model_kernel_request *req, hm_model_kernels *k) {
+static hm_status plan_kernels(hm_model_kernel_request req, hm_model_kernels *k) {
   hm_engine_config ec = HM_ENGINE_CONFIG_INIT;
   precompile_plan c = {NULL, HM_PLAN_AUTO};
   HM_CHECK(hm_plan_source_from_env(&c.source));
   HM_CHECK(hm_engine_create(&ec, &c.engine));
-  req->plan = layer_plan;
-  req->plan_ctx = &c;
-  hm_status st = hm_model_kernels_make(req, k);
+  req.plan = layer_plan;
+  req.plan_ctx = &c; /* a copy of the caller's request: c does not outlive this call */
+  hm_status st = hm_model_kernels_make(&req, k);
   hm_engine_destroy(c.engine);
   return st;
 }
@@ -222,7 +222,7 @@ int hm_cli_precompile(int argc, char **argv) {
   if (rc >= 0) return rc;
   hm_model_kernel_request req = {o.model, o.quant, arch, (int)o.tp, (int)o.ep, NULL, NULL};
   hm_model_kernels k;
-  if (plan_kernels(&req, &k) != HM_OK) {
+  if (plan_kernels(req, &k) != HM_OK) {
     fprintf(stderr, "humming-moe precompile: %s\n", hm_last_error());
     return EXIT_USAGE;
   }

@@ -80,8 +80,8 @@ HM_CG_FN int hm_cg_chunk(hm_chunk_shape g, int it, unsigned tid) {
 }
 
 // The copy sets of a tile (warps_mn warps over M and N, warps_k over K; stage_groups scale
-// groups a stage, quant: whether it has scales): the warps split K only and each set's
-// warps share a scale group, so that a set reads only its own k-slice of every stream. Not
+// groups a stage, quant: whether it has scales): a warp a set, or where warps share a scale
+// group, the warps of a group, so that a set reads only its own k-slice of every stream. Not
 // where the last k-tile reaches past K (its checked loads copy as one CTA), nor for tiles
 // of more than 16 rows, nor unless `enabled` (HUMMING_DECODE_COPY_SETS).
 HM_CG_FN int hm_copy_sets(int enabled, int bm, int warps_mn, int warps_k, int k, int bk, int quant,

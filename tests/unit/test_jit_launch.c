@@ -54,11 +54,15 @@ static struct {
   bool fail_load;
   pthread_barrier_t *race; /* loads meet here, so that two threads load at once */
 } seen;
+/* Two threads may load at once (racing_loads_keep_the_first). */
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUresult fake_retain(CUcontext *c, CUdevice d) {
   (void)d;
   *c = (CUcontext)0x1000;
+  pthread_mutex_lock(&seen_lock);
   seen.retains++;
+  pthread_mutex_unlock(&seen_lock);
   return CUDA_SUCCESS;
 }
 static CUresult fake_release(CUdevice d) {
@@ -68,8 +72,10 @@ static CUresult fake_release(CUdevice d) {
 }
 static CUresult fake_load(CUmodule *m, const void *image) {
   if (seen.fail_load) return CUDA_ERROR_INVALID_IMAGE;
+  pthread_mutex_lock(&seen_lock);
   memcpy(seen.image_head, image, sizeof(seen.image_head));
-  *m = (CUmodule)(uintptr_t)(0x2000 + __atomic_add_fetch(&seen.loads, 1, __ATOMIC_SEQ_CST));
+  *m = (CUmodule)(uintptr_t)(0x2000 + ++seen.loads);
+  pthread_mutex_unlock(&seen_lock);
   if (seen.race) pthread_barrier_wait(seen.race);
   return CUDA_SUCCESS;
 }
@@ -79,7 +85,9 @@ static CUresult fake_unload(CUmodule m) {
   return CUDA_SUCCESS;
 }
 static CUresult fake_get_function(CUfunction *f, CUmodule m, const char *name) {
+  pthread_mutex_lock(&seen_lock);
   snprintf(seen.last_function, sizeof(seen.last_function), "%s", name);
+  pthread_mutex_unlock(&seen_lock);
   *f = (CUfunction)(uintptr_t)((uintptr_t)m + 0x100);
   return CUDA_SUCCESS;
 }
@@ -328,6 +336,9 @@ static void racing_loads_keep_the_first(void **state) {
   assert_int_equal(seen.loads, 2);
   assert_int_equal(seen.unloads, 1);
   assert_int_equal(lines, 2);
+  hm_shutdown(); /* both threads may have retained the context: each retain is released */
+  assert_int_equal(seen.unloads, 2);
+  assert_int_equal(seen.releases, seen.retains);
 }
 
 static void keep_warnings(hm_log_level level, const char *line, void *user) {

@@ -203,19 +203,24 @@ int64_t hm_gemm_k_iters(const hm_gemm_config *cfg) {
   return (k16 + steps - 1) / steps;
 }
 
-size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
+size_t hm_gemm_wo_stage_bytes(const hm_gemm_config *cfg) {
   const hm_gemm_tuning *t = &cfg->tuning;
-  if (t->mma == HM_MMA_WGMMA) return hm_gemm_wgmma_smem_bytes(cfg);
-  if (hm_gemm_is_w8a8(&cfg->layer)) return hm_gemm_w8a8_smem_bytes(cfg);
-  const int bits = hm_gemm_weight_bits(cfg->layer.weight);
+  const size_t bits = (size_t)hm_gemm_weight_bits(cfg->layer.weight);
   const bool quant = bits < 16;
   const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 16;
   const int group = cfg->layer.group;
   const size_t stage_groups = (group == 0 || group >= t->bk) ? 1 : (size_t)(t->bk / group);
-  size_t stage = (size_t)t->bm * t->bk * 2 + bn_units * steps * 128 * (size_t)bits;
+  size_t stage = (size_t)t->bm * t->bk * 2 + bn_units * steps * 128 * bits;
   if (quant) stage += stage_groups * bn_units * 128;
   if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
-  stage = (stage + 127) / 128 * 128;
+  return stage;
+}
+
+size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg) {
+  const hm_gemm_tuning *t = &cfg->tuning;
+  if (t->mma == HM_MMA_WGMMA) return hm_gemm_wgmma_smem_bytes(cfg);
+  if (hm_gemm_is_w8a8(&cfg->layer)) return hm_gemm_w8a8_smem_bytes(cfg);
+  const size_t stage = (hm_gemm_wo_stage_bytes(cfg) + 127) / 128 * 128;
   return hm_gemm_sync_smem_bytes(cfg, stage * (size_t)t->stages);
 }
 

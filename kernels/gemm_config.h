@@ -93,6 +93,10 @@ int hm_gemm_config_threads(const hm_gemm_config *cfg);
 /* Rows of a tile's row maps and accumulators: 16 for the swapped 8-row tile, else bm. */
 int hm_gemm_acc_rows(const hm_gemm_tuning *t);
 size_t hm_gemm_config_smem_bytes(const hm_gemm_config *cfg);
+/* A weight-only pipeline stage before its alignment (hm_wo_stage, which the mma.sync and
+ * wgmma kernels align to 128 and 1024 bytes): the activation tile, weight units, scales
+ * and zero points. */
+size_t hm_gemm_wo_stage_bytes(const hm_gemm_config *cfg);
 /* The bytes the mma.sync kernels (weight-only and W8A8) reduce across warps_k through shared
  * memory, and those of the row maps behind a kernel's shared region (hm_maps_bytes): a_row,
  * c_row and row_scale of `rows` rows, a flag, and a tile prefix per expert for contiguous

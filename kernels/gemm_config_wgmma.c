@@ -86,23 +86,9 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
   return t->ws ? check_ws(cfg) : HM_OK;
 }
 
-/* Activation tile, weight units, scales and zero points of a stage (hm_wg_traits). */
-static size_t weight_only_stage_bytes(const hm_gemm_config *cfg) {
-  const hm_gemm_tuning *t = &cfg->tuning;
-  const size_t bits = (size_t)hm_gemm_weight_bits(cfg->layer.weight);
-  const bool quant = bits < 16;
-  const size_t bn_units = (size_t)t->bn / 64, steps = (size_t)t->bk / 16;
-  const int group = cfg->layer.group;
-  const size_t stage_groups = (group == 0 || group >= t->bk) ? 1 : (size_t)(t->bk / group);
-  size_t stage = (size_t)t->bm * t->bk * 2 + bn_units * steps * 128 * bits;
-  if (quant) stage += stage_groups * bn_units * 128;
-  if (quant && cfg->layer.zero_point) stage += stage_groups * bn_units * 64;
-  return stage;
-}
-
 static size_t stage_bytes(const hm_gemm_config *cfg) {
   const size_t stage =
-      hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_wgmma_stage_bytes(cfg) : weight_only_stage_bytes(cfg);
+      hm_gemm_is_w8a8(&cfg->layer) ? hm_gemm_w8a8_wgmma_stage_bytes(cfg) : hm_gemm_wo_stage_bytes(cfg);
   return (stage + 1023) / 1024 * 1024;
 }
 

@@ -50,8 +50,7 @@ static const int warp_counts[] = {1, 2, 4};
 static const int stage_counts[] = {2, 3, 4, 6, 8};
 static const int ctas_per_sm[] = {1, 2, 3, 4};
 static const int sk_min_iters = 4;
-/* The wgmma kernel's (sm_90): tokens per warpgroup 32..256, warpgroups of 4 warps along n.
- * Its 8- and 16-token decode tiles are legal (pinned, tuned) but not offered: untimed. */
+/* The wgmma kernel's (sm_90): tokens per warpgroup 32..256, warpgroups of 4 warps along n. */
 static const int wgmma_bms[] = {64, 128, 192, HM_CHOOSE_MAX_BM};
 static const int wgmma_bks[] = {64, 128};
 static const int wgmma_warps_m[] = {1, 2};
@@ -81,7 +80,7 @@ static bool wgmma_grid_ok(const hm_gemm_config *base, const hm_gemm_tuning *t) {
   hm_gemm_config cfg = *base;
   cfg.tuning = *t;
   const int rows = t->bm / t->warps_m;
-  if (t->bm % t->warps_m != 0 || !hm_gemm_wgmma_rows_ok(&cfg, rows) ||
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows > 256 ||
       hm_gemm_wgmma_sum_regs(&cfg) > hm_gemm_wgmma_max_sum_regs(&cfg))
     return false;
   return t->stages >= 3 && t->bm <= 32 * t->warps_m * t->warps_n;

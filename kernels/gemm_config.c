@@ -122,14 +122,11 @@ static hm_status check_tuning(const hm_gemm_config *cfg) {
   if (t->ws && t->mma != HM_MMA_WGMMA)
     HM_FAIL(HM_UNSUPPORTED, "warp specialization is implemented for the wgmma kernels only");
   /* bk 512 and 1024: a one-unit decode tile's stages of 16 or 32 KiB, a half or a quarter of
-   * the k-iterations' waits and barriers, and eight k-warps each a whole scale group a stage;
-   * on wgmma, the decode tiles of 8 or 16 tokens a warpgroup. */
-  const bool decode_rows = t->mma == HM_MMA_SYNC || (t->warps_m >= 1 && t->bm / t->warps_m <= 16);
-  const bool long_k = (t->bk == 512 || t->bk == 1024) && decode_rows && !hm_gemm_is_w8a8(&cfg->layer);
+   * the k-iterations' waits and barriers, and eight k-warps each a whole scale group a stage. */
+  const bool long_k =
+      (t->bk == 512 || t->bk == 1024) && t->mma == HM_MMA_SYNC && !hm_gemm_is_w8a8(&cfg->layer);
   if (t->bk != 64 && t->bk != 128 && t->bk != 256 && !long_k)
-    HM_FAIL(HM_INVALID_ARGUMENT,
-            "tile bk=%d must be 64, 128 or 256 (or 512, 1024: weight-only mma.sync or wgmma decode tiles)",
-            t->bk);
+    HM_FAIL(HM_INVALID_ARGUMENT, "tile bk=%d must be 64, 128 or 256 (or 512, 1024: weight-only mma.sync)", t->bk);
   HM_CHECK(t->mma == HM_MMA_WGMMA ? hm_gemm_wgmma_check(cfg) : check_warp_grid(cfg));
   if (t->stages < 2 || t->stages > HM_GEMM_MAX_STAGES)
     HM_FAIL(HM_INVALID_ARGUMENT, "stages=%d must be 2..%d", t->stages, HM_GEMM_MAX_STAGES);

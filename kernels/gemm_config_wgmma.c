@@ -56,13 +56,6 @@ static hm_status check_ws(const hm_gemm_config *cfg) {
   return HM_OK;
 }
 
-/* Decode tiles take a wgmma N of 8 or 16 tokens against the register-A weights; the W8A8
- * and warp-specialized kernels keep their 32-row steps (token scales, staged stores). */
-bool hm_gemm_wgmma_rows_ok(const hm_gemm_config *cfg, int rows) {
-  if (rows == 8 || rows == 16) return !hm_gemm_is_w8a8(&cfg->layer) && !cfg->tuning.ws;
-  return rows % 32 == 0 && rows >= 32 && rows <= 256;
-}
-
 hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
   HM_CHECK_NOT_NULL(cfg);
   const hm_gemm_tuning *t = &cfg->tuning;
@@ -81,11 +74,10 @@ hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg) {
     HM_FAIL(HM_INVALID_ARGUMENT, "wgmma tile bn=%d must give each of %d warpgroups along n whole 64 columns",
             t->bn, wg_n);
   const int rows = t->bm / t->warps_m;
-  if (t->bm % t->warps_m != 0 || !hm_gemm_wgmma_rows_ok(cfg, rows))
+  if (t->bm % t->warps_m != 0 || rows % 32 != 0 || rows < 32 || rows > 256)
     HM_FAIL(HM_INVALID_ARGUMENT,
-            "wgmma tile bm=%d: each of %d warpgroups along m needs 32..256 rows, a multiple of 32 (or 8 or "
-            "16 for a weight-only tile without warp specialization)",
-            t->bm, t->warps_m);
+            "wgmma tile bm=%d: each of %d warpgroups along m needs 32..256 rows, a multiple of 32", t->bm,
+            t->warps_m);
   if (hm_gemm_wgmma_sum_regs(cfg) > hm_gemm_wgmma_max_sum_regs(cfg))
     HM_FAIL(HM_INVALID_ARGUMENT,
             "wgmma tile %dx%d holds %d accumulators (and W8A8 stage partial sums) per thread (at most %d)",

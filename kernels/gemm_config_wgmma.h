@@ -11,8 +11,6 @@
 /* Whether a wgmma kernel can serve base's layer: sm_90, 4-, 8- or 16-bit weights with
  * 16-bit activations, or W8A8 (fp8 x fp8, int8 x int8). */
 bool hm_gemm_wgmma_takes(const hm_gemm_config *base);
-/* Whether a warpgroup of cfg's wgmma kernel may take ROWS tokens (its wgmma N). */
-bool hm_gemm_wgmma_rows_ok(const hm_gemm_config *cfg, int rows);
 /* The wgmma-specific rules of cfg (arch, weight format, warpgroup grid, tile, stages). */
 hm_status hm_gemm_wgmma_check(const hm_gemm_config *cfg);
 /* Whether a warp-specialized weight-only config stages its output tile in the ring slot of a

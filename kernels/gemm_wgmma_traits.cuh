@@ -49,8 +49,7 @@ struct hm_wg_traits : hm_wo_stage<C, 1024> {
                 "the wgmma kernel takes 4-, 8- or 16-bit weights");
   static_assert(C::warps_k == 1 && C::warps_n % 4 == 0, "warps come in warpgroups of 4 along n");
   static_assert(C::bn % (64 * wg_n) == 0, "a warpgroup takes whole 64-column blocks");
-  static_assert(C::bm % wg_m == 0 && (wtm == 8 || wtm == 16 || (wtm % 32 == 0 && wtm >= 32 && wtm <= 256)),
-                "wgmma N is 8, 16, or 32..256 in steps of 32");
+  static_assert(C::bm % wg_m == 0 && wtm % 32 == 0 && wtm >= 32 && wtm <= 256, "wgmma N is 32..256, step 32");
   static_assert(acc_regs <= 128, "at most 128 accumulators per thread");
   static_assert(C::bk % 64 == 0 && S::steps % af_ring == 0, "bk is a multiple of 64");
   static_assert(C::stages >= 3, "wgmma may still read the stage before the one computed while a third loads");

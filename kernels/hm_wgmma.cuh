@@ -57,10 +57,8 @@ __device__ __forceinline__ unsigned long long hm_wgmma_desc_k128(unsigned smem_a
   return start | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
-// Operand lists of the accumulators, 16 at a time (4 or 8 for the decode tiles' N of 8 and
-// 16); the register numbers in the text follow the same order, and the A registers and the
-// descriptor come after them.
-#define HM_WG_D4(b) "+f"(d[b + 0]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3])
+// Operand lists of the accumulators, 16 at a time; the register numbers in the text
+// follow the same order, and the A registers and the descriptor come after them.
 #define HM_WG_D16(b)                                                                                    \
   "+f"(d[b + 0]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]),       \
       "+f"(d[b + 6]), "+f"(d[b + 7]), "+f"(d[b + 8]), "+f"(d[b + 9]), "+f"(d[b + 10]), "+f"(d[b + 11]), \
@@ -75,8 +73,6 @@ __device__ __forceinline__ unsigned long long hm_wgmma_desc_k128(unsigned smem_a
 #define HM_WG_R7 \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
-#define HM_WG_REGS_8 "%0, %1, %2, %3"
-#define HM_WG_REGS_16 HM_WG_REGS_8 ", %4, %5, %6, %7"
 #define HM_WG_REGS_32 HM_WG_R0
 #define HM_WG_REGS_64 HM_WG_REGS_32 ", " HM_WG_R1
 #define HM_WG_REGS_96 HM_WG_REGS_64 ", " HM_WG_R2
@@ -86,8 +82,6 @@ __device__ __forceinline__ unsigned long long hm_wgmma_desc_k128(unsigned smem_a
 #define HM_WG_REGS_224 HM_WG_REGS_192 ", " HM_WG_R6
 #define HM_WG_REGS_256 HM_WG_REGS_224 ", " HM_WG_R7
 
-#define HM_WG_OPS_8 HM_WG_D4(0)
-#define HM_WG_OPS_16 HM_WG_OPS_8, HM_WG_D4(4)
 #define HM_WG_OPS_32 HM_WG_D16(0)
 #define HM_WG_OPS_64 HM_WG_OPS_32, HM_WG_D16(16)
 #define HM_WG_OPS_96 HM_WG_OPS_64, HM_WG_D16(32)
@@ -97,8 +91,6 @@ __device__ __forceinline__ unsigned long long hm_wgmma_desc_k128(unsigned smem_a
 #define HM_WG_OPS_224 HM_WG_OPS_192, HM_WG_D16(96)
 #define HM_WG_OPS_256 HM_WG_OPS_224, HM_WG_D16(112)
 
-#define HM_WG_TAIL_8 "{%4, %5, %6, %7}, %8"
-#define HM_WG_TAIL_16 "{%8, %9, %10, %11}, %12"
 #define HM_WG_TAIL_32 "{%16, %17, %18, %19}, %20"
 #define HM_WG_TAIL_64 "{%32, %33, %34, %35}, %36"
 #define HM_WG_TAIL_96 "{%48, %49, %50, %51}, %52"
@@ -123,14 +115,11 @@ __device__ __forceinline__ unsigned long long hm_wgmma_desc_k128(unsigned smem_a
       HM_WG_ASM(n, "f16");  \
   }
 
-// One m64nNk16 MMA of the warpgroup; N 8, 16, or a multiple of 32 up to 256.
+// One m64nNk16 MMA of the warpgroup; N a multiple of 32 up to 256.
 template <int N, bool BF16>
 __device__ __forceinline__ void hm_wgmma_rs(float (&d)[N / 2], const hm_u32 (&a)[4],
                                             unsigned long long desc) {
-  static_assert(N == 8 || N == 16 || (N % 32 == 0 && N >= 32 && N <= 256),
-                "wgmma N must be 8, 16 or a multiple of 32 in 32..256");
-  HM_WG_CASE(8)
-  HM_WG_CASE(16)
+  static_assert(N % 32 == 0 && N >= 32 && N <= 256, "wgmma N must be a multiple of 32 in 32..256");
   HM_WG_CASE(32)
   HM_WG_CASE(64)
   HM_WG_CASE(96)

@@ -8,14 +8,12 @@
  * each warpgroup layout, Stream-K and data-parallel schedule runs; then the same with
  * the warp-specialized tiles (gemm_ws_wgmma.cuh), the tile that stages its output in a
  * ring slot (bm 256 x bn 128 x bk 128), and the dense formats on the bn64 bk64
- * two-warpgroup tiles, and the decode tiles (8 or 16 tokens as the wgmma N) at 1, 7, 16 and
- * 333 tokens. The first warp-specialized tile again with C 4 bytes past 16-byte
+ * two-warpgroup tiles. The first warp-specialized tile again with C 4 bytes past 16-byte
  * alignment: no tensor stores, the threads' copy from the swizzled tile. Skips without an
  * sm_90 device.
  */
 #include "gemm_moe_util.h"
 #include "hm_few_copy_tunings.h"
-#include "hm_wgmma_decode_tunings.h"
 #include "kernels/gemm_config_wgmma.h"
 #include "kernels/gemm_gen.h"
 #include "layer_internal.h"
@@ -73,13 +71,10 @@ static const hm_gemm_tuning ws_shapes[] = {
     {64, 256, 128, 1, 8, 1, 4, true, 1, 1, HM_MMA_WGMMA, true},  /* the 33..64-row shape */
 };
 
-/* A table of tunings the cases rotate over, and the token counts each runs at (m_list
- * where m is NULL). */
+/* A table of tunings the cases rotate over. */
 typedef struct shape_set {
   const hm_gemm_tuning *t;
   int count;
-  const int64_t *m;
-  int m_count;
 } shape_set;
 
 /* Three stages of 256 tokens x bk 128 leave no room beside them for the output tile: it is
@@ -87,27 +82,13 @@ typedef struct shape_set {
  * tail; the other cases run it at bk 64. Stream-K down to one k-tile, for split tiles. */
 static const hm_gemm_tuning ring_shape = {256, 128, 128, 1, 8, 1, 3, true, 1, 1, HM_MMA_WGMMA, true};
 
-static const shape_set plain = {.t = shapes, .count = (int)HM_ARRAY_SIZE(shapes)};
-static const shape_set specialized = {.t = ws_shapes, .count = (int)HM_ARRAY_SIZE(ws_shapes)};
-static const shape_set first_specialized = {.t = ws_shapes, .count = 1};
-static const shape_set ring_staged = {.t = &ring_shape, .count = 1};
-static const shape_set few_copies = {.t = hm_few_copy_tunings,
-                                     .count = (int)HM_ARRAY_SIZE(hm_few_copy_tunings)};
+static const shape_set plain = {shapes, (int)HM_ARRAY_SIZE(shapes)};
+static const shape_set specialized = {ws_shapes, (int)HM_ARRAY_SIZE(ws_shapes)};
+static const shape_set first_specialized = {ws_shapes, 1};
+static const shape_set ring_staged = {&ring_shape, 1};
+static const shape_set few_copies = {hm_few_copy_tunings, (int)HM_ARRAY_SIZE(hm_few_copy_tunings)};
 
 static const int64_t m_list[] = {64, 333, 4096};
-
-/* Decode tiles: one token, a partial tile, a whole one, and many tiles with a partial last. */
-static const int64_t decode_m[] = {1, 7, 16, 333};
-static const shape_set decode = {hm_wgmma_decode_tunings, (int)HM_ARRAY_SIZE(hm_wgmma_decode_tunings),
-                                 decode_m, (int)HM_ARRAY_SIZE(decode_m)};
-
-static int set_m_count(const shape_set *set) {
-  return set->m != NULL ? set->m_count : (int)HM_ARRAY_SIZE(m_list);
-}
-
-static int64_t set_m(const shape_set *set, int j) {
-  return set->m != NULL ? set->m[j] : m_list[j];
-}
 
 /* One tuning compiled for a layer's GEMM type and bound to the layer's weights. */
 typedef struct forced {
@@ -218,8 +199,8 @@ static int dense_check(const shape_set *set, const char *seed) {
     forced f;
     forced_make(l[i], &cfg[i], &f);
     printf("# %s\n", f.name);
-    for (int j = 0; j < set_m_count(set); j++)
-      failed += !run_dense(&rng, &dense_cases[i], &d[i], &f, set_m(set, j));
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++)
+      failed += !run_dense(&rng, &dense_cases[i], &d[i], &f, m_list[j]);
     forced_free(&f);
     hm_layer_destroy(l[i]);
     gt_layer_data_free(&d[i]);
@@ -272,12 +253,11 @@ static int moe_check(const shape_set *set, const char *seed) {
     const gt_moe_runner idx = {engine, forced_run, &f[0], forced_block_m};
     const gt_moe_runner cont = {engine, forced_run, &f[1], forced_block_m};
     const gt_moe_runner mask = {engine, forced_run, &f[2], forced_block_m};
-    for (int j = 0; j < set_m_count(set); j++) {
-      const int64_t m = set_m(set, j);
-      failed += !gt_moe_indexed(&idx, &rng, c, &d[i], m, false);
-      failed += !gt_moe_indexed(&idx, &rng, c, &d[i], m, true);
-      failed += !gt_moe_contiguous(&cont, &rng, c, &d[i], m);
-      failed += !gt_moe_masked(&mask, &rng, c, &d[i], m);
+    for (size_t j = 0; j < HM_ARRAY_SIZE(m_list); j++) {
+      failed += !gt_moe_indexed(&idx, &rng, c, &d[i], m_list[j], false);
+      failed += !gt_moe_indexed(&idx, &rng, c, &d[i], m_list[j], true);
+      failed += !gt_moe_contiguous(&cont, &rng, c, &d[i], m_list[j]);
+      failed += !gt_moe_masked(&mask, &rng, c, &d[i], m_list[j]);
     }
     for (int t = 0; t < MOE_TYPES; t++) forced_free(&f[t]);
     hm_layer_destroy(l[i]);
@@ -295,13 +275,6 @@ static void moe_layouts_match_reference(void **state) {
 static void ws_moe_layouts_match_reference(void **state) {
   (void)state;
   moe_check(&specialized, "wgmma_ws_moe_layouts_match_reference");
-}
-
-/* 8 or 16 tokens as the wgmma N (hm_wgmma_decode_tunings.h), on every format and layout. */
-static void decode_tiles_match_reference(void **state) {
-  (void)state;
-  dense_check(&decode, "wgmma_decode_dense");
-  moe_check(&decode, "wgmma_decode_moe");
 }
 
 static void ring_staged_tile_matches_reference(void **state) {
@@ -365,7 +338,6 @@ int main(void) {
       cmocka_unit_test(moe_layouts_match_reference),
       cmocka_unit_test(ws_dense_formats_match_reference),
       cmocka_unit_test(few_unit_copies_match_reference),
-      cmocka_unit_test(decode_tiles_match_reference),
       cmocka_unit_test(ws_moe_layouts_match_reference),
       cmocka_unit_test(stream_k_is_deterministic),
       cmocka_unit_test(ring_staged_tile_matches_reference),

@@ -267,9 +267,8 @@ static void illegal_configs_are_refused(void **state) {
   bad.tuning.bk = 96;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   bad = c;
-  bad.tuning.bk = 512; /* long k-tiles: mma.sync, and wgmma tiles of 16 tokens a warpgroup or fewer */
+  bad.tuning.bk = 512;
   bad.tuning.mma = HM_MMA_WGMMA;
-  bad.tuning.bm = 64;
   assert_int_equal(hm_gemm_config_check(&bad), HM_INVALID_ARGUMENT);
   assert_non_null(strstr(hm_last_error(), "bk=512"));
   bad.tuning.bk = 1024;

@@ -16,7 +16,6 @@
 
 #include "check.h"
 #include "hm_few_copy_tunings.h"
-#include "hm_wgmma_decode_tunings.h"
 #include "kernels/gemm_config_w8a8.h"
 #include "kernels/gemm_config_wgmma.h"
 #include "kernels/gemm_gen.h"
@@ -142,11 +141,9 @@ static hm_gemm_config config_of(const format *f, hm_gemm_type type, const hm_gem
   return c;
 }
 
-enum { BATCH_MAX = 112 };
-
 typedef struct batch {
-  hm_gemm_config cfg[BATCH_MAX];
-  hm_gemm_source src[BATCH_MAX];
+  hm_gemm_config cfg[96];
+  hm_gemm_source src[96];
   int count;
 } batch;
 
@@ -193,12 +190,6 @@ static void every_format_and_type_compiles_for_sm90a(void **state) {
           config_of(&formats[0], t == 0 ? HM_GEMM_DENSE : HM_GEMM_INDEXED, &hm_few_copy_tunings[i]);
       add(&b, &c);
     }
-  /* Decode tiles (N of 8 and 16 tokens): every format, GEMM types and tilings rotate. */
-  for (size_t i = 0; i < HM_ARRAY_SIZE(formats); i++) {
-    const hm_gemm_config c = config_of(&formats[i], (hm_gemm_type)((i + 1) % 4),
-                                       &hm_wgmma_decode_tunings[i % HM_ARRAY_SIZE(hm_wgmma_decode_tunings)]);
-    add(&b, &c);
-  }
   /* Warp-specialized weight-only: every format, GEMM types and shapes rotate; the first
    * format takes every type. */
   for (size_t i = 0; i < HM_ARRAY_SIZE(formats) + 3; i++) {

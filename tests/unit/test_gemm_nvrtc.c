@@ -203,21 +203,21 @@ static void early_weights_reach_the_source(void **state) {
   hm_params_reload();
 }
 
-/* HUMMING_DECODE_COPY_SETS reaches the generated source: 0 by default, 1 when asked for;
- * the deep decode tiles then copy and wait in sets of warps and compile so (their default
- * form in every_variant_compiles_for_sm80_and_sm90a). */
+/* HUMMING_DECODE_COPY_SETS reaches the generated source: 1 by default, 0 when asked for;
+ * the deep decode tiles then copy and wait as one CTA and compile so (their default form,
+ * with sets, in every_variant_compiles_for_sm80_and_sm90a). */
 static void copy_sets_reach_the_source(void **state) {
   (void)state;
   static tg_batch b;
   add_deep_decode(&b, 90);
-  assert_non_null(strstr(b.src[0].text, "#define HM_COPY_SETS 0\n"));
+  assert_non_null(strstr(b.src[0].text, "#define HM_COPY_SETS 1\n"));
   for (int i = 0; i < b.count; i++) hm_gemm_source_free(&b.src[i]);
   b.count = 0;
-  setenv("HUMMING_DECODE_COPY_SETS", "1", 1);
+  setenv("HUMMING_DECODE_COPY_SETS", "0", 1);
   hm_params_reload();
   for (int arch = 80; arch <= 90; arch += 10) add_deep_decode(&b, arch);
-  for (int i = 0; i < b.count; i++) assert_non_null(strstr(b.src[i].text, "#define HM_COPY_SETS 1\n"));
-  tg_compile_all(b.src, b.count, "decode GEMM with copy sets");
+  for (int i = 0; i < b.count; i++) assert_non_null(strstr(b.src[i].text, "#define HM_COPY_SETS 0\n"));
+  tg_compile_all(b.src, b.count, "decode GEMM without copy sets");
   unsetenv("HUMMING_DECODE_COPY_SETS");
   hm_params_reload();
 }

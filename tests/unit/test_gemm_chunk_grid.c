@@ -10,6 +10,7 @@
  */
 #include <stdlib.h>
 
+#include "check.h"
 #include "hm_test.h"
 #include "kernels/hm_chunk_grid.cuh"
 
@@ -123,7 +124,7 @@ static void check_stream(const tile *t, int s, int sets) {
 
 static void every_chunk_once_by_its_readers(void **state) {
   (void)state;
-  for (size_t i = 0; i < sizeof decode_tiles / sizeof decode_tiles[0]; i++)
+  for (size_t i = 0; i < HM_ARRAY_SIZE(decode_tiles); i++)
     for (int s = 0; s < STREAMS; s++) {
       check_stream(&decode_tiles[i], s, tile_sets(&decode_tiles[i]));
       check_stream(&decode_tiles[i], s, 1);
@@ -134,7 +135,7 @@ static void every_chunk_once_by_its_readers(void **state) {
  * copy it of thread tid is chunk it * threads + tid. */
 static void one_set_is_the_plain_grid(void **state) {
   (void)state;
-  for (size_t i = 0; i < sizeof decode_tiles / sizeof decode_tiles[0]; i++)
+  for (size_t i = 0; i < HM_ARRAY_SIZE(decode_tiles); i++)
     for (int s = 0; s < STREAMS; s++) {
       const hm_chunk_shape g = stream_shape(&decode_tiles[i], s, 1);
       for (unsigned tid = 0; tid < (unsigned)g.threads; tid++)
@@ -153,7 +154,7 @@ static void one_set_is_the_plain_grid(void **state) {
 static void split_grids_keep_constant_distances(void **state) {
   (void)state;
   int split = 0;
-  for (size_t i = 0; i < sizeof decode_tiles / sizeof decode_tiles[0]; i++)
+  for (size_t i = 0; i < HM_ARRAY_SIZE(decode_tiles); i++)
     for (int s = 0; s < STREAMS; s++) {
       const hm_chunk_shape g = stream_shape(&decode_tiles[i], s, tile_sets(&decode_tiles[i]));
       if (g.total == 0 || !hm_cg_split(g)) continue;
